@@ -1,0 +1,1 @@
+"""mxlogits_codegen: instances.yaml -> templates/ -> generated/ (run `mxlogits-gen`)."""

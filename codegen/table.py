@@ -1,0 +1,277 @@
+"""Load and validate instances.yaml.
+
+Every error names the file and line, the key, what was expected and what was found, so a
+kernel engineer editing the table is pointed at the exact cell to fix.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from yaml.constructor import SafeConstructor
+
+SUPPORTED_HEADS = (32, 64)
+SUPPORTED_HEAD_DIMS = (64, 128)
+SUPPORTED_PAGE_SIZES = (16, 32, 64, 128)
+# family -> (target pattern, what it means); the target names the compilation pass of the body.
+TARGETS = {
+    "host": (r"host", "'host'"),
+    "cuda": (r"sm_\d+a?", "sm_<NN> or sm_<NN>a"),
+    "hip": (r"gfx[0-9a-f]+", "gfx<NNN>"),
+}
+FAMILIES = tuple(TARGETS)
+SCALE_LAYOUTS = ("natural", "mfma_permuted")
+# SPEC §3: the bound of an instance whose products and accumulation are exact in fp32.
+DEFAULT_ATOL = 1e-2
+DEFAULT_RTOL = 2e-5
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+class TableError(ValueError):
+    """A defect in instances.yaml, located to file:line."""
+
+
+@dataclass(frozen=True)
+class Table:
+    heads: int
+    head_dim: int
+    page_size: int
+
+
+@dataclass(frozen=True)
+class Arch:
+    name: str
+    family: str
+    target: str
+    flags: tuple[str, ...]
+    scale_layout: str
+    budgets: tuple[tuple[str, int], ...]
+    line: int = field(compare=False)
+
+
+@dataclass(frozen=True)
+class Instance:
+    arch: str
+    name: str
+    q_per_block: int
+    block_k: int
+    cta_resident: int
+    default: bool
+    atol: float
+    rtol: float
+    line: int = field(compare=False)
+
+
+@dataclass(frozen=True)
+class InstanceTable:
+    path: Path
+    table: Table
+    arches: tuple[Arch, ...]
+    instances: tuple[Instance, ...]
+
+    def instances_of(self, arch: str) -> tuple[Instance, ...]:
+        return tuple(i for i in self.instances if i.arch == arch)
+
+
+class _Reader:
+    """Typed access to YAML nodes that remembers where each value came from."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def error(self, node: yaml.Node, key: str, expected: str, found: object) -> TableError:
+        return TableError(
+            f"{self.path}:{node.start_mark.line + 1}: {key}: expected {expected}, found {found}"
+        )
+
+    def value(self, node: yaml.Node):
+        return SafeConstructor().construct_object(node, deep=True)
+
+    def mapping(self, node: yaml.Node, key: str, allowed: tuple[str, ...], required: tuple[str, ...]):
+        if not isinstance(node, yaml.MappingNode):
+            raise self.error(node, key, "a mapping", self._describe(node))
+        out: dict[str, yaml.Node] = {}
+        for knode, vnode in node.value:
+            name = self.value(knode)
+            if not isinstance(name, str):
+                raise self.error(knode, key, "string keys", repr(name))
+            if name not in allowed:
+                raise self.error(knode, f"{key}.{name}", f"one of {sorted(allowed)}", f"unknown key {name!r}")
+            if name in out:
+                raise self.error(knode, f"{key}.{name}", "each key once", "a duplicate key")
+            out[name] = vnode
+        for name in required:
+            if name not in out:
+                raise self.error(node, f"{key}.{name}", "this key", "it missing")
+        return out
+
+    def sequence(self, node: yaml.Node, key: str) -> list[yaml.Node]:
+        if not isinstance(node, yaml.SequenceNode):
+            raise self.error(node, key, "a list", self._describe(node))
+        return list(node.value)
+
+    def integer(self, node: yaml.Node, key: str, expected: str, ok) -> int:
+        v = self.value(node)
+        if type(v) is not int or not ok(v):
+            raise self.error(node, key, expected, repr(v))
+        return v
+
+    def number(self, node: yaml.Node, key: str) -> float:
+        v = self.value(node)
+        if type(v) not in (int, float) or not v > 0:
+            raise self.error(node, key, "a positive number", repr(v))
+        return float(v)
+
+    def string(self, node: yaml.Node, key: str, expected: str = "a non-empty string", choices=None) -> str:
+        v = self.value(node)
+        if not isinstance(v, str) or not v or (choices is not None and v not in choices):
+            raise self.error(node, key, expected, repr(v))
+        return v
+
+    def identifier(self, node: yaml.Node, key: str) -> str:
+        v = self.value(node)
+        if not isinstance(v, str) or not _IDENTIFIER.match(v):
+            raise self.error(node, key, "a C identifier", repr(v))
+        return v
+
+    def boolean(self, node: yaml.Node, key: str) -> bool:
+        v = self.value(node)
+        if type(v) is not bool:
+            raise self.error(node, key, "true or false", repr(v))
+        return v
+
+    @staticmethod
+    def _describe(node: yaml.Node) -> str:
+        if isinstance(node, yaml.ScalarNode):
+            return repr(node.value)
+        return "a list" if isinstance(node, yaml.SequenceNode) else "a mapping"
+
+
+def _table(r: _Reader, node: yaml.Node) -> Table:
+    m = r.mapping(node, "table", ("heads", "head_dim", "page_size"), ("heads", "head_dim", "page_size"))
+    return Table(
+        heads=r.integer(m["heads"], "table.heads", f"one of {list(SUPPORTED_HEADS)}", lambda v: v in SUPPORTED_HEADS),
+        head_dim=r.integer(
+            m["head_dim"], "table.head_dim", f"one of {list(SUPPORTED_HEAD_DIMS)}", lambda v: v in SUPPORTED_HEAD_DIMS
+        ),
+        page_size=r.integer(
+            m["page_size"], "table.page_size", f"one of {list(SUPPORTED_PAGE_SIZES)}",
+            lambda v: v in SUPPORTED_PAGE_SIZES,
+        ),
+    )
+
+
+def _arch(r: _Reader, node: yaml.Node, i: int, templates: Path) -> Arch:
+    key = f"arches[{i}]"
+    keys = ("name", "family", "target", "flags", "scale_layout", "budgets")
+    m = r.mapping(node, key, keys, keys)
+    name = r.identifier(m["name"], f"{key}.name")
+    for part in ("traits.h.j2", "body.h.j2"):
+        if not (templates / "arch" / name / part).is_file():
+            raise r.error(
+                m["name"], f"{key}.name", f"an arch with templates/arch/{name}/{part}", f"no such template for {name!r}"
+            )
+    flags = [r.string(f, f"{key}.flags[{j}]") for j, f in enumerate(r.sequence(m["flags"], f"{key}.flags"))]
+    budgets_node = m["budgets"]
+    if not isinstance(budgets_node, yaml.MappingNode) or not budgets_node.value:
+        raise r.error(budgets_node, f"{key}.budgets", "a non-empty mapping of name: positive integer", r._describe(budgets_node))
+    budgets = []
+    for knode, vnode in budgets_node.value:
+        bname = r.identifier(knode, f"{key}.budgets")
+        budgets.append((bname, r.integer(vnode, f"{key}.budgets.{bname}", "a positive integer", lambda v: v > 0)))
+    fam = r.string(m["family"], f"{key}.family", f"one of {list(FAMILIES)}", FAMILIES)
+    pattern, meaning = TARGETS[fam]
+    target = r.string(m["target"], f"{key}.target")
+    if not re.fullmatch(pattern, target):
+        raise r.error(m["target"], f"{key}.target", f"a {fam} target ({meaning})", repr(target))
+    return Arch(
+        name=name,
+        family=fam,
+        target=target,
+        flags=tuple(flags),
+        scale_layout=r.string(m["scale_layout"], f"{key}.scale_layout", f"one of {list(SCALE_LAYOUTS)}", SCALE_LAYOUTS),
+        budgets=tuple(sorted(budgets)),
+        line=node.start_mark.line + 1,
+    )
+
+
+def _instance(r: _Reader, node: yaml.Node, i: int, table: Table, arches: dict[str, Arch]) -> Instance:
+    key = f"instances[{i}]"
+    required = ("arch", "name", "q_per_block", "block_k", "cta_resident")
+    m = r.mapping(node, key, required + ("default", "atol", "rtol"), required)
+    arch = r.string(m["arch"], f"{key}.arch", f"one of the arches {sorted(arches)}", arches)
+    page = table.page_size
+    return Instance(
+        arch=arch,
+        name=r.identifier(m["name"], f"{key}.name"),
+        q_per_block=r.integer(m["q_per_block"], f"{key}.q_per_block", "an integer >= 1", lambda v: v >= 1),
+        block_k=r.integer(
+            m["block_k"], f"{key}.block_k", f"a positive multiple of table.page_size ({page})",
+            lambda v: v > 0 and v % page == 0,
+        ),
+        cta_resident=r.integer(m["cta_resident"], f"{key}.cta_resident", "an integer >= 1", lambda v: v >= 1),
+        default=r.boolean(m["default"], f"{key}.default") if "default" in m else False,
+        atol=r.number(m["atol"], f"{key}.atol") if "atol" in m else DEFAULT_ATOL,
+        rtol=r.number(m["rtol"], f"{key}.rtol") if "rtol" in m else DEFAULT_RTOL,
+        line=node.start_mark.line + 1,
+    )
+
+
+def _cross_checks(path: Path, arches: tuple[Arch, ...], instances: tuple[Instance, ...]) -> None:
+    seen_arch: dict[str, Arch] = {}
+    for a in arches:
+        if a.name in seen_arch:
+            raise TableError(
+                f"{path}:{a.line}: arches.name: expected a unique arch name, "
+                f"found {a.name!r} again (first at line {seen_arch[a.name].line})"
+            )
+        seen_arch[a.name] = a
+    by_name: dict[tuple[str, str], Instance] = {}
+    by_shape: dict[tuple[str, int, int], Instance] = {}
+    for inst in instances:
+        first = by_name.setdefault((inst.arch, inst.name), inst)
+        if first is not inst:
+            raise TableError(
+                f"{path}:{inst.line}: instances.name: expected a unique (arch, name), "
+                f"found ({inst.arch!r}, {inst.name!r}) again (first at line {first.line})"
+            )
+        first = by_shape.setdefault((inst.arch, inst.q_per_block, inst.block_k), inst)
+        if first is not inst:
+            raise TableError(
+                f"{path}:{inst.line}: instances.(q_per_block, block_k): expected one instance per "
+                f"(q_per_block, block_k) of arch {inst.arch!r}, found ({inst.q_per_block}, {inst.block_k}) "
+                f"in both {first.name!r} (line {first.line}) and {inst.name!r}"
+            )
+    for a in arches:
+        defaults = [i for i in instances if i.arch == a.name and i.default]
+        if len(defaults) != 1:
+            found = ", ".join(f"{i.name!r} (line {i.line})" for i in defaults) or "none"
+            raise TableError(
+                f"{path}:{a.line}: instances.default: expected exactly one default instance of arch "
+                f"{a.name!r}, found {found}"
+            )
+
+
+def load_table(path: Path, templates: Path) -> InstanceTable:
+    """Parse and validate `path`; `templates` is where each arch's body must exist."""
+    path = Path(path)
+    r = _Reader(path)
+    try:
+        root = yaml.compose(path.read_text(), Loader=yaml.SafeLoader)
+    except yaml.YAMLError as e:
+        raise TableError(f"{path}: not valid YAML: {e}") from None
+    if root is None:
+        raise TableError(f"{path}:1: (top level): expected a mapping with table, arches, instances, found an empty file")
+    top = r.mapping(root, "(top level)", ("table", "arches", "instances"), ("table", "arches", "instances"))
+    table = _table(r, top["table"])
+    arches = tuple(_arch(r, n, i, Path(templates)) for i, n in enumerate(r.sequence(top["arches"], "arches")))
+    by_name = {a.name: a for a in arches}
+    instances = tuple(
+        _instance(r, n, i, table, by_name) for i, n in enumerate(r.sequence(top["instances"], "instances"))
+    )
+    _cross_checks(path, arches, instances)
+    return InstanceTable(path=path, table=table, arches=arches, instances=instances)

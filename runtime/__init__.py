@@ -1,0 +1,57 @@
+"""mxlogits: paged MQA logits over an MXFP4 key cache (the lightning-indexer scoring step).
+
+    out[r, t] = sum_h weight_scale * weights[r, h] * maximum(q[r, h] . K[t], 0)
+
+for every row r and KV position t in its window [local_starts[r], local_ends[r]).
+
+Usage, once per pool / forward / layer:
+
+    buffers = mxlogits.plan_buffers(device, total_q, batch)            # variant=None: the arch default
+    plan = mxlogits.plan(cu_seq_q, local_ends, buffers=buffers)         # builds the schedule on the device
+    out = mxlogits.pa_mqa_logits_mxfp4(q, q_scale, kv_cache, kv_scale, block_tables, weights, plan, max_seq_len)
+
+Caller contract (the op cannot check these):
+1. Within a tile (q_per_block consecutive rows of one sequence), windows are non-decreasing in row.
+2. Windows end at or before out.shape[1] and max_seq_len.
+3. A row that belongs to no live sequence has an empty window (local_ends <= local_starts);
+   only such a row may have a negative row_to_batch. Such rows read and write nothing.
+4. At q_per_block > 1, cu_seq_q[batch] <= total_q.
+Everything else is checked before any launch and raises naming the argument. Cells outside
+each row's window are never written.
+
+The variant table comes from generated/manifest.json (instances.yaml); the arch of a device is
+probed once per device; each arch's module is built on first use and cached
+(MXLOGITS_CACHE_DIR; MXLOGITS_JIT=0 forbids building).
+"""
+
+from .arch import arch_of
+from .build import built_library, cache_dir, jit_enabled
+from .manifest import MqaLogitsVariant, default_variant, tolerance, variants
+from .mxfp4 import dequantize_mxfp4, quantize_mxfp4
+from .op import pa_mqa_logits_mxfp4
+from .paged_cache import fused_kv_cache, split_fused_pages, write_paged_kv
+from .plan import MqaLogitsBuffers, MqaLogitsPlan, block_table_width, plan, plan_buffers
+from .reference import reference_logits
+
+__all__ = [
+    "MqaLogitsBuffers",
+    "MqaLogitsPlan",
+    "MqaLogitsVariant",
+    "arch_of",
+    "block_table_width",
+    "built_library",
+    "cache_dir",
+    "default_variant",
+    "dequantize_mxfp4",
+    "fused_kv_cache",
+    "jit_enabled",
+    "pa_mqa_logits_mxfp4",
+    "plan",
+    "plan_buffers",
+    "quantize_mxfp4",
+    "reference_logits",
+    "split_fused_pages",
+    "tolerance",
+    "variants",
+    "write_paged_kv",
+]

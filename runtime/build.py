@@ -1,0 +1,155 @@
+"""Build the generated module of an arch with ninja, once per content, and load it.
+
+The build directory is keyed by the generated sources' hash, the torch version, the flags,
+the compiler and (for host arches built with -march=native) the host CPU; a file lock makes
+concurrent first uses build once. MXLOGITS_CACHE_DIR moves the cache; MXLOGITS_JIT=0 turns
+building off, so a missing module is an error instead of a compile on the serving path.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import platform
+import sys
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from .manifest import ArchRecord, manifest
+
+CACHE_DIR_ENV = "MXLOGITS_CACHE_DIR"
+JIT_ENV = "MXLOGITS_JIT"
+
+_lock = threading.Lock()
+_loaded: dict[str, str] = {}  # arch -> op namespace
+
+
+def cache_dir() -> Path:
+    env = os.environ.get(CACHE_DIR_ENV)
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mxlogits"
+
+
+def jit_enabled() -> bool:
+    return os.environ.get(JIT_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def _host_cpu() -> str:
+    """What -march=native compiles for: the CPU model and its feature flags."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor()
+    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
+    return " ".join(fields.get(k, "").strip() for k in ("model name", "flags", "Features"))
+
+
+def module_name(arch: ArchRecord) -> str:
+    """Name of the built module: the arch and a hash of everything the binary depends on."""
+    key = {
+        "sources": arch.source_hash,
+        "flags": arch.flags,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "hip": torch.version.hip,
+        "cxx": os.environ.get("CXX", ""),
+        "host": _host_cpu() if arch.family == "host" else "",
+    }
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return f"mxlogits_{arch.name}_{digest}"
+
+
+def _verify_sources(arch: ArchRecord, directory: Path) -> None:
+    for path, sha in arch.files:
+        text = (directory / path).read_bytes()
+        if hashlib.sha256(text).hexdigest() != sha:
+            raise RuntimeError(
+                f"mxlogits: {directory / path} differs from manifest.json: generated files are not edited by hand; "
+                f"edit templates/ or instances.yaml and run `mxlogits-gen`"
+            )
+
+
+@contextmanager
+def _file_lock(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _compile(arch: ArchRecord, directory: Path, name: str, build_dir: Path) -> None:
+    from torch.utils import cpp_extension
+
+    sources = [str(directory / s) for s in arch.sources]
+    flags = list(arch.flags)
+    device_code = arch.family != "host"
+    print(f"mxlogits: building the {arch.name} kernels (first use of this build; about a minute), "
+          f"cached in {build_dir}", file=sys.stderr, flush=True)
+    cpp_extension.load(
+        name=name,
+        sources=sources,
+        extra_cflags=["-O3"] if device_code else flags,
+        extra_cuda_cflags=flags if device_code else None,
+        extra_include_paths=[str(directory)],
+        build_directory=str(build_dir),
+        is_python_module=False,
+        with_cuda=device_code,
+        verbose=False,
+    )
+
+
+def built_library(arch_name: str) -> Path:
+    """Path of the built module of `arch_name`, building it (under a file lock) if JIT is on."""
+    m = manifest()
+    arch = m.arches[arch_name]
+    name = module_name(arch)
+    build_dir = cache_dir() / name
+    library = build_dir / f"{name}.so"
+    if library.is_file():
+        return library
+    if not jit_enabled():
+        raise RuntimeError(
+            f"mxlogits: no built {arch_name} module at {library} and {JIT_ENV}=0 forbids building it; "
+            f"build ahead of time with `python -m mxlogits build` (JIT on, same {CACHE_DIR_ENV})"
+        )
+    _verify_sources(arch, m.directory)
+    with _file_lock(cache_dir() / f"{name}.lock"):
+        if not library.is_file():
+            build_dir.mkdir(parents=True, exist_ok=True)
+            _compile(arch, m.directory, name, build_dir)
+    return library
+
+
+def load(arch_name: str) -> str:
+    """Load the module of `arch_name` into this process (once) and return its op namespace."""
+    ns = _loaded.get(arch_name)
+    if ns is None:
+        with _lock:
+            ns = _loaded.get(arch_name)
+            if ns is None:
+                torch.ops.load_library(str(built_library(arch_name)))
+                ns = manifest().arches[arch_name].op_namespace
+                _register_fakes(ns)
+                _loaded[arch_name] = ns
+    return ns
+
+
+def _register_fakes(namespace: str) -> None:
+    """Meta implementations, so the ops trace under torch.compile: both only write their
+    `(a!)` arguments in place and return nothing."""
+    for op in ("pa_mqa_logits_mxfp4", "build_schedule"):
+        torch.library.register_fake(f"{namespace}::{op}")(lambda *args, **kwargs: None)
+
+
+def ops(arch_name: str):
+    """torch.ops namespace of `arch_name`'s module, loading it on first use."""
+    return getattr(torch.ops, load(arch_name))

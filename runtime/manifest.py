@@ -1,0 +1,152 @@
+"""The generated instance table, read from generated/manifest.json (never typed twice)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+GENERATED_DIR_ENV = "MXLOGITS_GENERATED_DIR"
+
+
+@dataclass(frozen=True)
+class MqaLogitsVariant:
+    """One compiled instance: `arch` is part of its identity, so a variant of one arch is
+    never mistaken for another arch's instance with the same numbers."""
+
+    name: str
+    q_per_block: int
+    block_k: int
+    cta_resident: int
+    arch: str
+
+
+@dataclass(frozen=True)
+class ArchRecord:
+    name: str
+    family: str  # host | cuda | hip
+    target: str
+    flags: tuple[str, ...]
+    scale_layout: str
+    dispatch_key: str
+    op_namespace: str
+    sources: tuple[str, ...]
+    files: tuple[tuple[str, str], ...]  # (path under generated/, sha256)
+    source_hash: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    directory: Path
+    heads: int
+    head_dim: int
+    page_size: int
+    arches: dict[str, ArchRecord]
+    variants: tuple[MqaLogitsVariant, ...]
+    defaults: dict[str, MqaLogitsVariant]
+    tolerances: dict[MqaLogitsVariant, tuple[float, float]]  # (atol, rtol)
+
+
+def generated_dir() -> Path:
+    """generated/ of a checkout, of an installed wheel, or $MXLOGITS_GENERATED_DIR."""
+    env = os.environ.get(GENERATED_DIR_ENV)
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "generated", here.parent / "generated"):
+        if (candidate / "manifest.json").is_file():
+            return candidate
+    raise RuntimeError(
+        f"mxlogits: no generated/manifest.json beside {here}; reinstall the package or set {GENERATED_DIR_ENV}"
+    )
+
+
+@functools.cache
+def manifest() -> Manifest:
+    directory = generated_dir()
+    doc = json.loads((directory / "manifest.json").read_text())
+    arches = {
+        name: ArchRecord(
+            name=name,
+            family=a["family"],
+            target=a["target"],
+            flags=tuple(a["flags"]),
+            scale_layout=a["scale_layout"],
+            dispatch_key=a["dispatch_key"],
+            op_namespace=a["op_namespace"],
+            sources=tuple(a["sources"]),
+            files=tuple(sorted(a["files"].items())),
+            source_hash=a["source_hash"],
+        )
+        for name, a in doc["arches"].items()
+    }
+    variants, defaults, tolerances = [], {}, {}
+    for rec in doc["instances"]:
+        v = MqaLogitsVariant(rec["name"], rec["q_per_block"], rec["block_k"], rec["cta_resident"], rec["arch"])
+        variants.append(v)
+        tolerances[v] = (rec["atol"], rec["rtol"])
+        if rec["default"]:
+            defaults[v.arch] = v
+    table = doc["table"]
+    return Manifest(
+        directory=directory,
+        heads=table["heads"],
+        head_dim=table["head_dim"],
+        page_size=table["page_size"],
+        arches=arches,
+        variants=tuple(variants),
+        defaults=defaults,
+        tolerances=tolerances,
+    )
+
+
+def _arch_record(arch: str) -> ArchRecord:
+    m = manifest()
+    if arch not in m.arches:
+        raise ValueError(f"mxlogits: unknown arch {arch!r}; the instance table has {sorted(m.arches)}")
+    return m.arches[arch]
+
+
+def variants(arch: str | None = None) -> tuple[MqaLogitsVariant, ...]:
+    """Every compiled variant, or those of `arch`."""
+    if arch is None:
+        return manifest().variants
+    _arch_record(arch)
+    return tuple(v for v in manifest().variants if v.arch == arch)
+
+
+def default_variant(arch: str) -> MqaLogitsVariant:
+    _arch_record(arch)
+    return manifest().defaults[arch]
+
+
+def tolerance(variant: MqaLogitsVariant) -> tuple[float, float]:
+    """(atol, rtol) of `variant` against an fp32 reference (SPEC §3; instances.yaml)."""
+    return manifest().tolerances[variant]
+
+
+def resolve_variant(variant: str | MqaLogitsVariant | None, arch: str) -> MqaLogitsVariant:
+    """A name, a variant or None (the arch default) -> a variant compiled for `arch`; raises otherwise."""
+    if variant is None:
+        return default_variant(arch)
+    own = variants(arch)
+    if isinstance(variant, MqaLogitsVariant):
+        if variant.arch != arch:
+            raise ValueError(
+                f"mxlogits: variant {variant.name!r} was compiled for {variant.arch}, not {arch}; "
+                f"{arch} has {[v.name for v in own]}"
+            )
+        if variant not in own:
+            raise ValueError(
+                f"mxlogits: {variant} is not an instance {arch} compiled (hand-built or from another table); "
+                f"available: {list(own)}"
+            )
+        return variant
+    if isinstance(variant, str):
+        for v in own:
+            if v.name == variant:
+                return v
+        raise ValueError(f"mxlogits: unknown variant {variant!r} for {arch}; available: {[v.name for v in own]}")
+    raise TypeError(f"mxlogits: variant: expected a name, an MqaLogitsVariant or None, found {type(variant).__name__}")

@@ -1,0 +1,174 @@
+"""plan_buffers / plan / block_table_width: the schedule of SPEC §4, built by the generated
+module on the tensors' device (no host sync, CUDA-graph friendly)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .arch import arch_of
+from .build import ops
+from .manifest import MqaLogitsVariant, manifest, resolve_variant, variants
+
+
+@dataclass(frozen=True, eq=False)
+class MqaLogitsBuffers:
+    """Schedule storage for one pool: allocate once, plan into it every forward."""
+
+    variant: MqaLogitsVariant
+    device: torch.device
+    total_q: int  # most rows a plan into these buffers may cover
+    batch: int  # most sequences
+    num_ctas: int  # grid of the logits launch
+    cta_info: torch.Tensor  # int32 [max_tiles + num_ctas, 7]: schedule records
+    cta_ranges: torch.Tensor  # int32 [num_ctas, 2]: records of each CTA
+    scratch: torch.Tensor  # int64: the builder's tile cut and chunk prefix
+
+
+@dataclass(frozen=True, eq=False)
+class MqaLogitsPlan:
+    """One forward's schedule: valid for the device, variant and windows it was built from."""
+
+    buffers: MqaLogitsBuffers
+    num_rows: int
+    batch: int
+    local_ends: torch.Tensor
+    local_starts: torch.Tensor | None
+
+    @property
+    def variant(self) -> MqaLogitsVariant:
+        return self.buffers.variant
+
+    @property
+    def device(self) -> torch.device:
+        return self.buffers.device
+
+    @property
+    def num_ctas(self) -> int:
+        return self.buffers.num_ctas
+
+
+def _count(value, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"mxlogits: {name}: expected an int, found {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"mxlogits: {name}: expected an int >= {minimum}, found {value}")
+    return value
+
+
+def _device(device: torch.device | str | int) -> torch.device:
+    dev = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
+def plan_buffers(
+    device: torch.device | str | int,
+    total_q: int,
+    batch: int,
+    variant: str | MqaLogitsVariant | None = None,
+    num_ctas: int | None = None,
+) -> MqaLogitsBuffers:
+    """Allocate the schedule storage for up to `total_q` rows in `batch` sequences.
+
+    `variant`: a name, an MqaLogitsVariant or None (the arch's default). `num_ctas`: the grid
+    of the logits launch (default: the variant's cta_resident). Builds the arch's module on
+    first use.
+    """
+    dev = _device(device)
+    v = resolve_variant(variant, arch_of(dev))
+    _count(total_q, "total_q", 0)
+    _count(batch, "batch", 0)
+    if num_ctas is not None:
+        _count(num_ctas, "num_ctas", 1)
+    ctas, records, scratch_len, _ = ops(v.arch).schedule_sizes(total_q, batch, v.q_per_block, v.block_k, num_ctas or 0)
+    return MqaLogitsBuffers(
+        variant=v,
+        device=dev,
+        total_q=total_q,
+        batch=batch,
+        num_ctas=ctas,
+        cta_info=torch.zeros((records, 7), dtype=torch.int32, device=dev),
+        cta_ranges=torch.zeros((ctas, 2), dtype=torch.int32, device=dev),
+        scratch=torch.zeros((scratch_len,), dtype=torch.int64, device=dev),
+    )
+
+
+def plan(
+    cu_seq_q: torch.Tensor | None,
+    local_ends: torch.Tensor,
+    *,
+    buffers: MqaLogitsBuffers,
+    total_q: int | None = None,
+    local_starts: torch.Tensor | None = None,
+    row_to_batch: torch.Tensor | None = None,
+) -> MqaLogitsPlan:
+    """Build this forward's schedule into `buffers` (one launch at q_per_block 1).
+
+    cu_seq_q     int32 [batch + 1] row offsets of each sequence; read only at q_per_block > 1,
+                 where its length sets this forward's batch (at most the buffers' batch).
+    local_ends   int32 [>= total_q]: row r reads KV positions [local_starts[r], local_ends[r]).
+    total_q      rows scheduled (default: the buffers' total_q); at q_per_block 1 every one of
+                 them is scheduled, so rows outside any live sequence need empty windows.
+    local_starts int32 [>= total_q], or None for 0.
+    row_to_batch int32 [>= total_q]: block_tables row of each row (a tile uses its first row's);
+                 None: the row index at q_per_block 1, the tile's sequence above.
+    """
+    if not isinstance(buffers, MqaLogitsBuffers):
+        raise TypeError(f"mxlogits: buffers: expected MqaLogitsBuffers from plan_buffers(), found {type(buffers).__name__}")
+    v = buffers.variant
+    num_rows = buffers.total_q if total_q is None else _count(total_q, "total_q", 0)
+    if num_rows > buffers.total_q:
+        raise ValueError(
+            f"mxlogits: total_q: these buffers were sized for total_q <= {buffers.total_q}, found {num_rows}; "
+            f"allocate larger ones with plan_buffers()"
+        )
+    batch = buffers.batch
+    if v.q_per_block > 1:
+        if not isinstance(cu_seq_q, torch.Tensor) or cu_seq_q.dim() != 1:
+            raise ValueError(
+                f"mxlogits: cu_seq_q: expected an int32 [batch + 1] tensor ({v.name} cuts tiles by sequence), "
+                f"found {cu_seq_q if cu_seq_q is None else tuple(cu_seq_q.shape)}"
+            )
+        batch = cu_seq_q.numel() - 1
+        if not 0 <= batch <= buffers.batch:
+            raise ValueError(
+                f"mxlogits: cu_seq_q: these buffers were sized for batch <= {buffers.batch} ({buffers.batch + 1} "
+                f"offsets), found {cu_seq_q.numel()} offsets"
+            )
+    tensors = {"cu_seq_q": cu_seq_q if v.q_per_block > 1 else None, "local_ends": local_ends,
+               "local_starts": local_starts, "row_to_batch": row_to_batch}
+    for name, t in tensors.items():
+        if t is not None and (not isinstance(t, torch.Tensor) or t.device != buffers.device):
+            where = t.device if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"mxlogits: {name}: expected a tensor on {buffers.device} (the buffers' device), found {where}")
+    ops(v.arch).build_schedule(
+        tensors["cu_seq_q"], local_ends, local_starts, row_to_batch,
+        buffers.cta_info, buffers.cta_ranges, buffers.scratch,
+        num_rows, batch, v.q_per_block, v.block_k,
+    )
+    return MqaLogitsPlan(buffers, num_rows, batch, local_ends, local_starts)
+
+
+def block_table_width(
+    max_seq_len: int,
+    variant: str | MqaLogitsVariant | None = None,
+    *,
+    device: torch.device | str | int | None = None,
+) -> int:
+    """Columns block_tables needs for windows ending at or before `max_seq_len`:
+    ceil(max_seq_len / block_k) * (block_k / page_size), since a CTA reads every page of its
+    last chunk. An MqaLogitsVariant makes this pure arithmetic (no device probe, no build);
+    a name or None needs the arch of `device` (default: the current CUDA device if any, else
+    cpu), and None gives the widest of that arch's variants."""
+    _count(max_seq_len, "max_seq_len", 0)
+    if isinstance(variant, MqaLogitsVariant):
+        candidates = [resolve_variant(variant, variant.arch)]
+    else:
+        dev = device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
+        arch = arch_of(dev)
+        candidates = list(variants(arch)) if variant is None else [resolve_variant(variant, arch)]
+    page = manifest().page_size
+    return max(-(-max_seq_len // v.block_k) * (v.block_k // page) for v in candidates)
