@@ -6,7 +6,6 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <bit>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -27,10 +26,16 @@ static_assert(kHeads % kHeadGroup == 0, "heads are a multiple of the vector widt
 inline constexpr float kE2M1[16] = {0.f,  .5f,  1.f,  1.5f,  2.f,  3.f,  4.f,  6.f,
                                     -0.f, -.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
 
+inline float float_of_bits(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
 // E8M0 -> 2^(e - 127): 255 is NaN, 0 the subnormal 2^-127.
 inline float e8m0(uint8_t e) {
   if (e == 255) return std::numeric_limits<float>::quiet_NaN();
-  return std::bit_cast<float>(e == 0 ? 0x00400000u : uint32_t(e) << 23);
+  return float_of_bits(e == 0 ? 0x00400000u : uint32_t(e) << 23);
 }
 
 // One D row: D/2 bytes (element 2i in the low nibble) and D/32 scales -> D floats. A NaN
@@ -87,7 +92,7 @@ inline void score_row(const float (*q)[kHeads], const float* w, const float (*k)
 
 inline float weight(const KernelArgs& a, int64_t i) {
   if (a.weights_bf16) {
-    return std::bit_cast<float>(uint32_t(static_cast<const uint16_t*>(a.weights)[i]) << 16);
+    return float_of_bits(uint32_t(static_cast<const uint16_t*>(a.weights)[i]) << 16);
   }
   return static_cast<const float*>(a.weights)[i];
 }

@@ -1,0 +1,212 @@
+"""mxlogits-gen: validation errors located to file:line, deterministic output, --check,
+--list, incremental writes and deletion of stale files."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import jinja2
+import pytest
+
+from mxlogits_codegen.cli import main as gen_main
+from mxlogits_codegen.render import render_all
+from mxlogits_codegen.table import TableError, load_table
+
+ROOT = Path(__file__).resolve().parents[1]
+TEMPLATES = ROOT / "templates"
+GOOD = """\
+table:
+  heads: 64
+  head_dim: 128
+  page_size: 64
+arches:
+  - name: cpu
+    family: host
+    target: host
+    flags: [-O3]
+    scale_layout: natural
+    budgets:
+      scratch_bytes: 1048576
+instances:
+  - {arch: cpu, name: qlen1_kv64, q_per_block: 1, block_k: 64, cta_resident: 8, default: true}
+  - {arch: cpu, name: qlen4_kv256, q_per_block: 4, block_k: 256, cta_resident: 8}
+"""
+
+
+def load(tmp_path: Path, text: str):
+    path = tmp_path / "instances.yaml"
+    path.write_text(text)
+    return load_table(path, TEMPLATES)
+
+
+def line_of(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+ERRORS = {
+    # name: (old, new, line marker in the edited text, message pattern)
+    "unknown top-level key": ("instances:", "extra: 1\ninstances:", "extra: 1",
+                              r"\(top level\)\.extra: expected one of .*found unknown key 'extra'"),
+    "unknown instance key": ("cta_resident: 8, default", "cta_resident: 8, warps: 4, default", "warps: 4",
+                             r"instances\[0\]\.warps: expected one of .*found unknown key 'warps'"),
+    "unknown arch key": ("    target: host", "    target: host\n    arch_flags: []", "arch_flags",
+                         r"arches\[0\]\.arch_flags: expected one of .*found unknown key 'arch_flags'"),
+    "duplicate key": ("block_k: 64, cta", "block_k: 64, block_k: 64, cta", "block_k: 64, block_k",
+                      r"instances\[0\]\.block_k: expected each key once, found a duplicate key"),
+    "duplicate (arch, name)": ("name: qlen4_kv256", "name: qlen1_kv64", "q_per_block: 4",
+                               r"instances\.name: expected a unique \(arch, name\), found \('cpu', 'qlen1_kv64'\) again \(first at line 14\)"),
+    "no default": (", default: true}", "}", "- name: cpu",
+                   r"instances\.default: expected exactly one default instance of arch 'cpu', found none"),
+    "two defaults": ("cta_resident: 8}", "cta_resident: 8, default: true}", "- name: cpu",
+                     r"found 'qlen1_kv64' \(line 14\), 'qlen4_kv256' \(line 15\)"),
+    "q_per_block < 1": ("q_per_block: 1,", "q_per_block: 0,", "q_per_block: 0",
+                        r"instances\[0\]\.q_per_block: expected an integer >= 1, found 0"),
+    "cta_resident < 1": ("block_k: 64, cta_resident: 8", "block_k: 64, cta_resident: -2", "cta_resident: -2",
+                         r"instances\[0\]\.cta_resident: expected an integer >= 1, found -2"),
+    "block_k not a multiple of the page": ("block_k: 64,", "block_k: 96,", "block_k: 96",
+                                           r"instances\[0\]\.block_k: expected a positive multiple of table\.page_size \(64\), found 96"),
+    "block_k zero": ("block_k: 64,", "block_k: 0,", "block_k: 0",
+                     r"instances\[0\]\.block_k: expected a positive multiple"),
+    "unsupported heads": ("heads: 64", "heads: 48", "heads: 48", r"table\.heads: expected one of \[32, 64\], found 48"),
+    "unsupported head_dim": ("head_dim: 128", "head_dim: 96", "head_dim: 96",
+                             r"table\.head_dim: expected one of \[64, 128\], found 96"),
+    "arch without a body template": ("name: cpu\n", "name: sm90\n", "name: sm90",
+                                     r"arches\[0\]\.name: expected an arch with templates/arch/sm90/traits\.h\.j2, found no such template"),
+    "same (q_per_block, block_k) twice": ("q_per_block: 4, block_k: 256", "q_per_block: 1, block_k: 64", "qlen4_kv256",
+                                          r"expected one instance per \(q_per_block, block_k\) of arch 'cpu', found \(1, 64\) in both 'qlen1_kv64' \(line 14\) and 'qlen4_kv256'"),
+    "instance of an unknown arch": ("{arch: cpu, name: qlen4", "{arch: gfx950, name: qlen4", "gfx950",
+                                    r"instances\[1\]\.arch: expected one of the arches \['cpu'\], found 'gfx950'"),
+    "wrong type": ("cta_resident: 8, default: true", "cta_resident: '8', default: true", "'8'",
+                   r"instances\[0\]\.cta_resident: expected an integer >= 1, found '8'"),
+    "bool is not an int": ("q_per_block: 1,", "q_per_block: true,", "q_per_block: true",
+                           r"q_per_block: expected an integer >= 1, found True"),
+    "bad family": ("family: host", "family: metal", "family: metal",
+                   r"arches\[0\]\.family: expected one of \['host', 'cuda', 'hip'\], found 'metal'"),
+    "target of another family": ("target: host", "target: sm_90a", "target: sm_90a",
+                                 r"arches\[0\]\.target: expected a host target \('host'\), found 'sm_90a'"),
+    "missing key": ("    scale_layout: natural\n", "", "- name: cpu",
+                    r"arches\[0\]\.scale_layout: expected this key, found it missing"),
+    "bad identifier": ("name: qlen1_kv64", "name: 1qlen", "1qlen", r"instances\[0\]\.name: expected a C identifier, found '1qlen'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ERRORS))
+def test_validation_error_names_file_line_key_expected_found(tmp_path, case):
+    old, new, marker, pattern = ERRORS[case]
+    assert old in GOOD
+    text = GOOD.replace(old, new, 1)
+    with pytest.raises(TableError) as err:
+        load(tmp_path, text)
+    message = str(err.value)
+    assert message.startswith(f"{tmp_path / 'instances.yaml'}:{line_of(text, marker)}: "), message
+    assert __import__("re").search(pattern, message), message
+
+
+def test_good_table_and_invalid_yaml(tmp_path):
+    table = load(tmp_path, GOOD)
+    assert [i.name for i in table.instances] == ["qlen1_kv64", "qlen4_kv256"]
+    with pytest.raises(TableError, match=r"instances\.yaml: not valid YAML"):
+        load(tmp_path, GOOD + "  - {arch: [\n")
+
+
+def test_output_is_deterministic_and_independent_of_row_order(tmp_path):
+    a = render_all(load(tmp_path, GOOD), TEMPLATES)
+    assert a == render_all(load(tmp_path, GOOD), TEMPLATES)
+    lines = GOOD.splitlines(keepends=True)
+    swapped = "".join(lines[:-2] + [lines[-1], lines[-2]])
+    assert swapped != GOOD and render_all(load(tmp_path, swapped), TEMPLATES) == a
+
+
+def test_every_generated_file_says_do_not_edit(tmp_path):
+    files = render_all(load(tmp_path, GOOD), TEMPLATES)
+    for path, text in files.items():
+        first = text.splitlines()[0] if not path.endswith(".json") else text.splitlines()[1]
+        assert "Do not edit" in first, path
+
+
+def test_undefined_template_names_are_errors(tmp_path):
+    templates = tmp_path / "templates"
+    shutil.copytree(TEMPLATES, templates)
+    body = templates / "arch" / "cpu" / "body.h.j2"
+    body.write_text(body.read_text() + "{{ no_such_name }}\n")
+    with pytest.raises(jinja2.UndefinedError, match="no_such_name"):
+        render_all(load_table(_write(tmp_path, GOOD), templates), templates)
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "instances.yaml"
+    path.write_text(text)
+    return path
+
+
+def checkout(tmp_path: Path, text: str = GOOD) -> Path:
+    """A minimal checkout: instances.yaml, templates/, generated/ written by the generator."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "instances.yaml").write_text(text)
+    shutil.copytree(TEMPLATES, root / "templates")
+    assert gen_main(["--root", str(root)]) == 0
+    return root
+
+
+def test_check_passes_when_fresh_and_list_writes_nothing(tmp_path, capsys):
+    root = checkout(tmp_path)
+    assert gen_main(["--root", str(root), "--check"]) == 0
+    before = {p: p.stat().st_mtime_ns for p in (root / "generated").rglob("*")}
+    capsys.readouterr()
+    assert gen_main(["--root", str(root), "--list"]) == 0
+    listed = capsys.readouterr().out.split()
+    assert str(root / "generated" / "manifest.json") in listed
+    assert str(root / "generated" / "cpu" / "instance_qlen4_kv256.cpp") in listed
+    assert before == {p: p.stat().st_mtime_ns for p in (root / "generated").rglob("*")}
+
+
+@pytest.mark.parametrize("damage", ["stale", "missing", "extra"])
+def test_check_catches_stale_missing_and_extra_files(tmp_path, capsys, damage):
+    root = checkout(tmp_path)
+    gen = root / "generated"
+    if damage == "stale":
+        body = gen / "cpu" / "body.h"
+        body.write_text(body.read_text().replace("kHeadGroup = 16", "kHeadGroup = 8"))
+        mark = "generated/cpu/body.h"
+    elif damage == "missing":
+        (gen / "cpu" / "launcher.cpp").unlink()
+        mark = "+++ generated/cpu/launcher.cpp"
+    else:
+        (gen / "cpu" / "instance_qlen2_kv64.cpp").write_text("// left over\n")
+        mark = "--- generated/cpu/instance_qlen2_kv64.cpp"
+    capsys.readouterr()
+    assert gen_main(["--root", str(root), "--check"]) == 1
+    captured = capsys.readouterr()
+    assert mark in captured.out
+    assert f"Fix: mxlogits-gen --root {root}" in captured.err
+    assert gen_main(["--root", str(root)]) == 0
+    assert gen_main(["--root", str(root), "--check"]) == 0
+
+
+def test_writes_only_changed_files_and_deletes_removed_instances(tmp_path, capsys):
+    root = checkout(tmp_path)
+    gen = root / "generated"
+    stamp = {p: p.stat().st_mtime_ns for p in gen.rglob("*") if p.is_file()}
+    (root / "instances.yaml").write_text(GOOD.replace(
+        "  - {arch: cpu, name: qlen4_kv256, q_per_block: 4, block_k: 256, cta_resident: 8}\n", ""))
+    capsys.readouterr()
+    assert gen_main(["--root", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "deleted generated/cpu/instance_qlen4_kv256.cpp" in out
+    assert not (gen / "cpu" / "instance_qlen4_kv256.cpp").exists()
+    untouched = gen / "common" / "sched.h"
+    assert untouched.stat().st_mtime_ns == stamp[untouched] and "sched.h" not in out
+    assert "wrote   generated/manifest.json" in out
+
+
+def test_committed_generated_tree_is_fresh():
+    assert gen_main(["--root", str(ROOT), "--check"]) == 0
+
+
+def test_cli_reports_table_errors(tmp_path, capsys):
+    root = checkout(tmp_path)
+    (root / "instances.yaml").write_text(GOOD.replace("q_per_block: 1,", "q_per_block: 0,"))
+    assert gen_main(["--root", str(root), "--check"]) == 2
+    assert "instances[0].q_per_block: expected an integer >= 1, found 0" in capsys.readouterr().err
