@@ -92,13 +92,14 @@ def _compile(arch: ArchRecord, directory: Path, name: str, build_dir: Path) -> N
     sources = [str(directory / s) for s in arch.sources]
     flags = list(arch.flags)
     device_code = arch.family != "host"
-    print(f"mxlogits: building the {arch.name} kernels (first use of this build; about a minute), "
+    print(f"mxlogits: building the {arch.name} kernels (first use of this build: seconds for the host, minutes for a GPU arch), "
           f"cached in {build_dir}", file=sys.stderr, flush=True)
     cpp_extension.load(
         name=name,
         sources=sources,
         extra_cflags=["-O3"] if device_code else flags,
         extra_cuda_cflags=flags if device_code else None,
+        extra_ldflags=None if device_code else flags,  # the compiler driver links -fopenmp's runtime
         extra_include_paths=[str(directory)],
         build_directory=str(build_dir),
         is_python_module=False,

@@ -161,7 +161,7 @@ def demo(device: torch.device) -> bool:
         r = run_case(title, scene, variant, device)
         ok &= r["ok"]
         print(f"{title:16} {r['variant'].name:12} {r['rows']:5} {r['seqs']:4} {r['cells']:9} "
-              f"{r['plan_seconds'] * 1e3:7.3f}ms {r['seconds'] * 1e3:7.2f}ms {r['gflops']:8.1f} {r['max_err']:9.2e} {r['bound_ratio']:9.3f} "
+              f"{r['plan_seconds'] * 1e3:7.3f}ms {r['seconds'] * 1e3:7.2f}ms {r['gflops']:8.1f} {r['max_err']:9.2e} {r['bound_ratio']:9.1e} "
               f"{r['overlap_min']:6.4f}/{r['overlap_mean']:6.4f}"
               + ("" if r["untouched"] else "  CELLS OUTSIDE WINDOWS WRITTEN"))
     print("top-2048: min/mean per-row overlap of the top min(2048, window) positions with the reference")

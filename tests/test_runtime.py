@@ -97,3 +97,12 @@ def test_non_editable_install_finds_generated_sources_as_package_data(tmp_path):
             "print(mxlogits.__file__); print(manifest().directory); print(r['ok'])")
     out = python(code, env={"PYTHONPATH": str(site)}, cwd=tmp_path).stdout.split()
     assert out[0].startswith(str(site)) and out[1] == str(site / "mxlogits" / "generated") and out[2] == "True"
+
+
+def test_cpu_module_runs_on_torchs_openmp_pool():
+    """at::parallel_for expands in our TUs: without -fopenmp it silently runs serially."""
+    if "OpenMP" not in __import__("torch").__config__.parallel_info():
+        pytest.skip("this torch's intra-op pool is not OpenMP")
+    symbols = subprocess.run(["nm", "-D", "--undefined-only", str(mx.built_library("cpu"))],
+                             capture_output=True, text=True, check=True).stdout
+    assert "GOMP_parallel" in symbols
