@@ -5,56 +5,15 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
 
 import torch
 
 from .arch import arch_of
 from .manifest import default_variant, manifest, tolerance, variants
 from .op import pa_mqa_logits_mxfp4
-from .plan import block_table_width, plan, plan_buffers
+from .plan import plan, plan_buffers
 from .reference import reference_logits
-from .synthetic import random_paged_keys, random_queries
-
-
-@dataclass
-class Scene:
-    """One forward's inputs: sequences with a KV context, and query rows with windows."""
-
-    q: torch.Tensor
-    q_scale: torch.Tensor
-    kv_cache: torch.Tensor
-    kv_scale: torch.Tensor
-    block_tables: torch.Tensor
-    weights: torch.Tensor
-    cu_seq_q: torch.Tensor
-    local_starts: torch.Tensor
-    local_ends: torch.Tensor
-    max_seq_len: int
-
-
-def make_scene(contexts: list[int], windows: list[list[tuple[int, int]]], device, seed: int = 0) -> Scene:
-    """Sequence b holds contexts[b] random keys in shuffled pages of a fused page buffer; its
-    query rows read windows[b] = [(start, end), ...]."""
-    g = torch.Generator().manual_seed(seed)
-    max_seq_len = max(contexts)
-    width = max(block_table_width(max_seq_len, v) for v in variants(arch_of(device)))
-    kv_cache, kv_scale, block_tables = random_paged_keys(contexts, device, g, width=width)
-    rows = [w for seq in windows for w in seq]
-    q, q_scale, weights = random_queries(len(rows), device, g)
-    counts = torch.tensor([0] + [len(seq) for seq in windows])
-    return Scene(
-        q=q,
-        q_scale=q_scale,
-        kv_cache=kv_cache,
-        kv_scale=kv_scale,
-        block_tables=block_tables,
-        weights=weights,
-        cu_seq_q=counts.cumsum(0).to(torch.int32).to(device),
-        local_starts=torch.tensor([s for s, _ in rows], dtype=torch.int32, device=device),
-        local_ends=torch.tensor([e for _, e in rows], dtype=torch.int32, device=device),
-        max_seq_len=max_seq_len,
-    )
+from .synthetic import Scene, make_scene
 
 
 def _timed(fn, device: torch.device, repeats: int) -> float:
@@ -77,12 +36,10 @@ def _timed(fn, device: torch.device, repeats: int) -> float:
 
 
 def run_case(title: str, scene: Scene, variant, device: torch.device, repeats: int = 5) -> dict:
-    total_q, batch = scene.q.shape[0], scene.block_tables.shape[0]
+    total_q, batch = scene.total_q, scene.batch
     buffers = plan_buffers(device, total_q, batch, variant)
     v = buffers.variant
-    row_to_batch = torch.repeat_interleave(
-        torch.arange(batch, dtype=torch.int32, device=device), scene.cu_seq_q.diff()
-    )
+    row_to_batch = scene.row_to_batch
 
     def make_plan():
         return plan(scene.cu_seq_q, scene.local_ends, buffers=buffers, local_starts=scene.local_starts,
@@ -137,14 +94,14 @@ def decode_scene(device, seed: int = 1) -> Scene:
     """32 sequences at MTP 1, contexts between 1K and 8K tokens."""
     g = torch.Generator().manual_seed(seed)
     contexts = torch.randint(1024, 8193, (32,), generator=g).tolist()
-    return make_scene(contexts, [[(0, c)] for c in contexts], device, seed)
+    return make_scene(contexts, [(b, 0, c) for b, c in enumerate(contexts)], device, seed=seed)
 
 
 def prefill_scene(device, seed: int = 2) -> Scene:
     """Causal prefill of 2 x 256 new rows after 1K and 1.5K-token prefixes."""
     prefixes, new = [1024, 1536], 256
-    windows = [[(0, p + j + 1) for j in range(new)] for p in prefixes]
-    return make_scene([p + new for p in prefixes], windows, device, seed)
+    rows = [(b, 0, p + j + 1) for b, p in enumerate(prefixes) for j in range(new)]
+    return make_scene([p + new for p in prefixes], rows, device, seed=seed)
 
 
 def demo(device: torch.device) -> bool:

@@ -3,14 +3,72 @@ of a fused page buffer, queries and weights per row. Used by the demo and the te
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from .manifest import manifest
+from .arch import arch_of
+from .manifest import manifest, variants
 from .mxfp4 import quantize_mxfp4
 from .paged_cache import fused_kv_cache, write_paged_kv
+from .plan import block_table_width
 
 
-def random_paged_keys(
+@dataclass
+class Scene:
+    """One forward's inputs: sequences with a KV context, query rows with windows."""
+
+    q: torch.Tensor
+    q_scale: torch.Tensor
+    kv_cache: torch.Tensor
+    kv_scale: torch.Tensor
+    block_tables: torch.Tensor
+    weights: torch.Tensor
+    cu_seq_q: torch.Tensor
+    local_starts: torch.Tensor
+    local_ends: torch.Tensor
+    row_to_batch: torch.Tensor
+    max_seq_len: int
+
+    @property
+    def total_q(self) -> int:
+        return self.q.shape[0]
+
+    @property
+    def batch(self) -> int:
+        return self.block_tables.shape[0]
+
+
+def make_scene(
+    contexts: list[int],
+    rows: list[tuple[int, int, int]],
+    device: torch.device | str = "cpu",
+    *,
+    seed: int = 0,
+    max_seq_len: int | None = None,
+) -> Scene:
+    """Sequence b holds contexts[b] random keys; rows are (sequence, start, end) in row order,
+    each sequence's rows contiguous and in sequence order; sequence -1 marks a pad row (after
+    every real row, as ATOM pads decode), whose window should be empty. block_tables is wide
+    enough for every variant of the device's arch."""
+    g = torch.Generator().manual_seed(seed)
+    max_seq_len = max([*contexts, 1]) if max_seq_len is None else max_seq_len
+    width = max(block_table_width(max_seq_len, v) for v in variants(arch_of(device)))
+    kv_cache, kv_scale, block_tables = _paged_keys(contexts, device, g, width=width)
+    q, q_scale, weights = _queries(len(rows), device, g)
+    counts = [sum(1 for s, _, _ in rows if s == b) for b in range(len(contexts))]
+    i32 = lambda values: torch.tensor(values, dtype=torch.int32, device=device)  # noqa: E731
+    return Scene(
+        q=q, q_scale=q_scale, kv_cache=kv_cache, kv_scale=kv_scale, block_tables=block_tables, weights=weights,
+        cu_seq_q=torch.tensor([0, *counts]).cumsum(0).to(torch.int32).to(device),
+        local_starts=i32([s for _, s, _ in rows]),
+        local_ends=i32([e for _, _, e in rows]),
+        row_to_batch=i32([b for b, _, _ in rows]),
+        max_seq_len=max_seq_len,
+    )
+
+
+def _paged_keys(
     contexts: list[int],
     device: torch.device | str,
     generator: torch.Generator,
@@ -39,7 +97,7 @@ def random_paged_keys(
     return kv_cache, kv_scale, block_tables.to(device)
 
 
-def random_queries(
+def _queries(
     num_rows: int, device: torch.device | str, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(q, q_scale, weights) of `num_rows` rows: random MXFP4 queries, fp32 weights ~ N(0, 1/H)."""

@@ -33,8 +33,8 @@ def test_a_new_yaml_row_reaches_the_runtime(tmp_path, capsys):
     code = """
 import json, torch, mxlogits as mx, mxlogits.demo as d
 v = {x.name: x for x in mx.variants('cpu')}
-windows = [[(0, 500 + j + 1) for j in range(7)], [(0, 200 + j + 1) for j in range(5)]]
-r = d.run_case('prefill', d.make_scene([507, 205], windows, 'cpu'), 'qlen2_kv128', torch.device('cpu'), 1)
+rows = [(0, 0, 500 + j + 1) for j in range(7)] + [(1, 0, 200 + j + 1) for j in range(5)]
+r = d.run_case('prefill', d.make_scene([507, 205], rows, 'cpu'), 'qlen2_kv128', torch.device('cpu'), 1)
 print(json.dumps({'names': sorted(v), 'resident': v['qlen1_kv64'].cta_resident,
                   'grid': mx.plan_buffers('cpu', 4, 4, 'qlen1_kv64').num_ctas,
                   'new_grid': mx.plan_buffers('cpu', 4, 4, 'qlen2_kv128').num_ctas,

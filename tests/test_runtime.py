@@ -93,7 +93,7 @@ def test_non_editable_install_finds_generated_sources_as_package_data(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
                    check=True, capture_output=True, timeout=600)
     code = ("import mxlogits, mxlogits.demo as d; from mxlogits.manifest import manifest;"
-            "r = d.run_case('t', d.make_scene([300], [[(0, 300)]], 'cpu'), None, __import__('torch').device('cpu'), 1);"
+            "r = d.run_case('t', d.make_scene([300], [(0, 0, 300)], 'cpu'), None, __import__('torch').device('cpu'), 1);"
             "print(mxlogits.__file__); print(manifest().directory); print(r['ok'])")
     out = python(code, env={"PYTHONPATH": str(site)}, cwd=tmp_path).stdout.split()
     assert out[0].startswith(str(site)) and out[1] == str(site / "mxlogits" / "generated") and out[2] == "True"
