@@ -52,6 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "info":
         info(device)
         return 0
+    try:
+        arch_of(device)
+    except RuntimeError as e:
+        print(f"{e}\n(pass --device cpu to run on the host)", file=sys.stderr)
+        return 2
     if args.command == "build":
         print(built_library(arch_of(device)))
         return 0

@@ -13,7 +13,8 @@ _lock = threading.Lock()
 _arch_by_device: dict[torch.device, str] = {}
 
 
-def _normalize(device: torch.device | str | int) -> torch.device:
+def normalize_device(device: torch.device | str | int) -> torch.device:
+    """A torch.device with the current CUDA index filled in (ints are CUDA indices)."""
     dev = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
     if dev.type == "cuda" and dev.index is None:
         dev = torch.device("cuda", torch.cuda.current_device())
@@ -40,7 +41,7 @@ def _probe(dev: torch.device) -> str:
 
 def arch_of(device: torch.device | str | int) -> str:
     """The arch name that serves `device` (cpu for CPU tensors); raises if the table has none."""
-    dev = _normalize(device)
+    dev = normalize_device(device)
     arch = _arch_by_device.get(dev)
     if arch is None:
         with _lock:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .arch import arch_of
+from .arch import arch_of, normalize_device
 from .build import ops
 from .manifest import MqaLogitsVariant, manifest, resolve_variant, variants
 
@@ -57,13 +57,6 @@ def _count(value, name: str, minimum: int) -> int:
     return value
 
 
-def _device(device: torch.device | str | int) -> torch.device:
-    dev = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
-    if dev.type == "cuda" and dev.index is None:
-        dev = torch.device("cuda", torch.cuda.current_device())
-    return dev
-
-
 def plan_buffers(
     device: torch.device | str | int,
     total_q: int,
@@ -77,7 +70,7 @@ def plan_buffers(
     of the logits launch (default: the variant's cta_resident). Builds the arch's module on
     first use.
     """
-    dev = _device(device)
+    dev = normalize_device(device)
     v = resolve_variant(variant, arch_of(dev))
     _count(total_q, "total_q", 0)
     _count(batch, "batch", 0)
