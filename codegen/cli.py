@@ -1,8 +1,8 @@
 """mxlogits-gen: regenerate generated/ from instances.yaml and templates/.
 
-    mxlogits-gen            write what changed, delete what no instance produces any more
-    mxlogits-gen --check    exit 1 with a diff if generated/ is stale (CI)
-    mxlogits-gen --list     print the files it would write
+mxlogits-gen            write what changed, delete what no instance produces any more
+mxlogits-gen --check    exit 1 with a diff if generated/ is stale (CI)
+mxlogits-gen --list     print the files it would write
 """
 
 from __future__ import annotations

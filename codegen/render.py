@@ -79,7 +79,7 @@ def render_all(table: InstanceTable, templates: Path) -> dict[str, str]:
         emit(f"{d}/bindings.cpp", "bindings/bindings.cpp.j2", **ctx)
         for inst in insts:
             emit(f"{d}/instance_{inst.name}.{fam.body_suffix}", "launcher/instance.j2", instance=inst, **ctx)
-        arch_files[d] = sorted(p for p in files if p.startswith(f"{d}/") or p.startswith("common/"))
+        arch_files[d] = sorted(p for p in files if p.startswith((f"{d}/", "common/")))
     files["manifest.json"] = _manifest(table, files, arch_files)
     return files
 

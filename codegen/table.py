@@ -84,9 +84,7 @@ class _Reader:
         self.path = path
 
     def error(self, node: yaml.Node, key: str, expected: str, found: object) -> TableError:
-        return TableError(
-            f"{self.path}:{node.start_mark.line + 1}: {key}: expected {expected}, found {found}"
-        )
+        return TableError(f"{self.path}:{node.start_mark.line + 1}: {key}: expected {expected}, found {found}")
 
     def value(self, node: yaml.Node):
         return SafeConstructor().construct_object(node, deep=True)
@@ -159,7 +157,9 @@ def _table(r: _Reader, node: yaml.Node) -> Table:
             m["head_dim"], "table.head_dim", f"one of {list(SUPPORTED_HEAD_DIMS)}", lambda v: v in SUPPORTED_HEAD_DIMS
         ),
         page_size=r.integer(
-            m["page_size"], "table.page_size", f"one of {list(SUPPORTED_PAGE_SIZES)}",
+            m["page_size"],
+            "table.page_size",
+            f"one of {list(SUPPORTED_PAGE_SIZES)}",
             lambda v: v in SUPPORTED_PAGE_SIZES,
         ),
     )
@@ -178,7 +178,9 @@ def _arch(r: _Reader, node: yaml.Node, i: int, templates: Path) -> Arch:
     flags = [r.string(f, f"{key}.flags[{j}]") for j, f in enumerate(r.sequence(m["flags"], f"{key}.flags"))]
     budgets_node = m["budgets"]
     if not isinstance(budgets_node, yaml.MappingNode) or not budgets_node.value:
-        raise r.error(budgets_node, f"{key}.budgets", "a non-empty mapping of name: positive integer", r._describe(budgets_node))
+        raise r.error(
+            budgets_node, f"{key}.budgets", "a non-empty mapping of name: positive integer", r._describe(budgets_node)
+        )
     budgets = []
     for knode, vnode in budgets_node.value:
         bname = r.identifier(knode, f"{key}.budgets")
@@ -210,7 +212,9 @@ def _instance(r: _Reader, node: yaml.Node, i: int, table: Table, arches: dict[st
         name=r.identifier(m["name"], f"{key}.name"),
         q_per_block=r.integer(m["q_per_block"], f"{key}.q_per_block", "an integer >= 1", lambda v: v >= 1),
         block_k=r.integer(
-            m["block_k"], f"{key}.block_k", f"a positive multiple of table.page_size ({page})",
+            m["block_k"],
+            f"{key}.block_k",
+            f"a positive multiple of table.page_size ({page})",
             lambda v: v > 0 and v % page == 0,
         ),
         cta_resident=r.integer(m["cta_resident"], f"{key}.cta_resident", "an integer >= 1", lambda v: v >= 1),
@@ -265,7 +269,9 @@ def load_table(path: Path, templates: Path) -> InstanceTable:
     except yaml.YAMLError as e:
         raise TableError(f"{path}: not valid YAML: {e}") from None
     if root is None:
-        raise TableError(f"{path}:1: (top level): expected a mapping with table, arches, instances, found an empty file")
+        raise TableError(
+            f"{path}:1: (top level): expected a mapping with table, arches, instances, found an empty file"
+        )
     top = r.mapping(root, "(top level)", ("table", "arches", "instances"), ("table", "arches", "instances"))
     table = _table(r, top["table"])
     arches = tuple(_arch(r, n, i, Path(templates)) for i, n in enumerate(r.sequence(top["arches"], "arches")))

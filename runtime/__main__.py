@@ -8,7 +8,7 @@ import sys
 import torch
 
 from .arch import arch_of
-from .build import JIT_ENV, built_library, cache_dir, jit_enabled, module_name
+from .build import JIT_ENV, built_library, cache_dir, cached_library, jit_enabled, module_name
 from .manifest import default_variant, manifest, tolerance, variants
 
 
@@ -30,22 +30,27 @@ def info(device: torch.device) -> None:
     print(f"table         H={m.heads} D={m.head_dim} PAGE={m.page_size}  ({m.directory})")
     print(f"build cache   {cache_dir()}  (JIT {'on' if jit_enabled() else f'off: {JIT_ENV}=0'})")
     for name, a in sorted(m.arches.items()):
-        library = cache_dir() / module_name(a) / f"{module_name(a)}.so"
-        state = "built" if library.is_file() else "not built"
+        library = cached_library(name)
+        state = f"built: {library}" if library else f"not built (would be {cache_dir() / module_name(a)})"
         here = "  <- this device" if name == arch else ""
-        print(f"arch {name:8} {a.family} {a.target}, {a.scale_layout} layout, {state}: {library}{here}")
+        print(f"arch {name:8} {a.family} {a.target}, {a.scale_layout} layout, {state}{here}")
         for v in variants(name):
             atol, rtol = tolerance(v)
             mark = " (default)" if v == default_variant(name) else ""
-            print(f"  {v.name:14} q_per_block {v.q_per_block:2}  block_k {v.block_k:4}  cta_resident {v.cta_resident:5}"
-                  f"  atol {atol:g} rtol {rtol:g}{mark}")
+            print(
+                f"  {v.name:14} q_per_block {v.q_per_block:2}  block_k {v.block_k:4}  cta_resident {v.cta_resident:5}"
+                f"  atol {atol:g} rtol {rtol:g}{mark}"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mxlogits")
-    ap.add_argument("command", choices=("demo", "info", "build"),
-                    help="demo: run the op on this device against the reference; info: device, arch, variants, "
-                         "build cache; build: build this device's module ahead of time")
+    ap.add_argument(
+        "command",
+        choices=("demo", "info", "build"),
+        help="demo: run the op on this device against the reference; info: device, arch, variants, "
+        "build cache; build: build this device's module ahead of time",
+    )
     ap.add_argument("--device", help="torch device (default: cuda if present, else cpu)")
     args = ap.parse_args(argv)
     device = _device(args.device)

@@ -28,7 +28,8 @@ def _probe(dev: torch.device) -> str:
     elif dev.type == "cuda" and torch.version.hip:
         family, wanted = "hip", torch.cuda.get_device_properties(dev).gcnArchName.split(":")[0]
     elif dev.type == "cuda":
-        family, wanted = "cuda", "sm_%d%d" % torch.cuda.get_device_capability(dev)
+        major, minor = torch.cuda.get_device_capability(dev)
+        family, wanted = "cuda", f"sm_{major}{minor}"
     else:
         raise RuntimeError(f"mxlogits: no arch runs on device type {dev.type!r}; the table has {sorted(arches)}")
     for a in arches.values():
@@ -36,7 +37,9 @@ def _probe(dev: torch.device) -> str:
         if a.family == family and re.sub(r"a$", "", a.target) == wanted:
             return a.name
     have = ", ".join(f"{a.name} ({a.family} {a.target})" for a in arches.values())
-    raise RuntimeError(f"mxlogits: {dev} is {family} {wanted}, which no arch of the instance table targets; it has {have}")
+    raise RuntimeError(
+        f"mxlogits: {dev} is {family} {wanted}, which no arch of the instance table targets; it has {have}"
+    )
 
 
 def arch_of(device: torch.device | str | int) -> str:

@@ -92,8 +92,12 @@ def _compile(arch: ArchRecord, directory: Path, name: str, build_dir: Path) -> N
     sources = [str(directory / s) for s in arch.sources]
     flags = list(arch.flags)
     device_code = arch.family != "host"
-    print(f"mxlogits: building the {arch.name} kernels (first use of this build: seconds for the host, minutes for a GPU arch), "
-          f"cached in {build_dir}", file=sys.stderr, flush=True)
+    print(
+        f"mxlogits: building the {arch.name} kernels (first use of this build: seconds for the host, "
+        f"minutes for a GPU arch), cached in {build_dir}",
+        file=sys.stderr,
+        flush=True,
+    )
     cpp_extension.load(
         name=name,
         sources=sources,
@@ -108,15 +112,26 @@ def _compile(arch: ArchRecord, directory: Path, name: str, build_dir: Path) -> N
     )
 
 
+def _paths(arch: ArchRecord) -> tuple[Path, Path]:
+    """(module, stamp): the stamp is written after a build succeeded, so a killed link is rebuilt."""
+    name = module_name(arch)
+    return cache_dir() / name / f"{name}.so", cache_dir() / name / "complete"
+
+
+def cached_library(arch_name: str) -> Path | None:
+    """The built module of `arch_name` in the cache, or None."""
+    library, done = _paths(manifest().arches[arch_name])
+    return library if done.is_file() else None
+
+
 def built_library(arch_name: str) -> Path:
     """Path of the built module of `arch_name`, building it (under a file lock) if JIT is on."""
     m = manifest()
     arch = m.arches[arch_name]
-    name = module_name(arch)
-    build_dir = cache_dir() / name
-    library = build_dir / f"{name}.so"
-    if library.is_file():
+    library, done = _paths(arch)
+    if done.is_file():
         return library
+    name, build_dir = library.stem, library.parent
     if not jit_enabled():
         raise RuntimeError(
             f"mxlogits: no built {arch_name} module at {library} and {JIT_ENV}=0 forbids building it; "
@@ -124,9 +139,11 @@ def built_library(arch_name: str) -> Path:
         )
     _verify_sources(arch, m.directory)
     with _file_lock(cache_dir() / f"{name}.lock"):
-        if not library.is_file():
+        if not done.is_file():
             build_dir.mkdir(parents=True, exist_ok=True)
+            library.unlink(missing_ok=True)
             _compile(arch, m.directory, name, build_dir)
+            done.write_text(f"{library}\n")
     return library
 
 

@@ -42,21 +42,44 @@ def run_case(title: str, scene: Scene, variant, device: torch.device, repeats: i
     row_to_batch = scene.row_to_batch
 
     def make_plan():
-        return plan(scene.cu_seq_q, scene.local_ends, buffers=buffers, local_starts=scene.local_starts,
-                    row_to_batch=row_to_batch)
+        return plan(
+            scene.cu_seq_q,
+            scene.local_ends,
+            buffers=buffers,
+            local_starts=scene.local_starts,
+            row_to_batch=row_to_batch,
+        )
 
     plan_seconds = _timed(make_plan, device, repeats)
     p = make_plan()
     out = torch.full((total_q, scene.max_seq_len), float("-inf"), device=device)
 
     def launch():
-        pa_mqa_logits_mxfp4(scene.q, scene.q_scale, scene.kv_cache, scene.kv_scale, scene.block_tables,
-                            scene.weights, p, scene.max_seq_len, out=out)
+        pa_mqa_logits_mxfp4(
+            scene.q,
+            scene.q_scale,
+            scene.kv_cache,
+            scene.kv_scale,
+            scene.block_tables,
+            scene.weights,
+            p,
+            scene.max_seq_len,
+            out=out,
+        )
 
     seconds = _timed(launch, device, repeats)
-    ref = reference_logits(scene.q, scene.q_scale, scene.kv_cache, scene.kv_scale, scene.block_tables,
-                           scene.weights, scene.local_ends, scene.max_seq_len, local_starts=scene.local_starts,
-                           row_to_batch=row_to_batch)
+    ref = reference_logits(
+        scene.q,
+        scene.q_scale,
+        scene.kv_cache,
+        scene.kv_scale,
+        scene.block_tables,
+        scene.weights,
+        scene.local_ends,
+        scene.max_seq_len,
+        local_starts=scene.local_starts,
+        row_to_batch=row_to_batch,
+    )
     inside = torch.isfinite(ref)
     atol, rtol = tolerance(v)
     err = (out - ref).abs()[inside]
@@ -108,19 +131,28 @@ def demo(device: torch.device) -> bool:
     arch = arch_of(device)
     print(f"mxlogits demo on {device} (arch {arch}, {torch.get_num_threads()} host threads)")
     grouped = [v for v in variants(arch) if v.q_per_block > 1]
-    cases = [("decode MTP=1", decode_scene(device), default_variant(arch)),
-             ("causal prefill", prefill_scene(device),
-              min(grouped, key=lambda v: (v.block_k, v.q_per_block)) if grouped else default_variant(arch))]
+    cases = [
+        ("decode MTP=1", decode_scene(device), default_variant(arch)),
+        (
+            "causal prefill",
+            prefill_scene(device),
+            min(grouped, key=lambda v: (v.block_k, v.q_per_block)) if grouped else default_variant(arch),
+        ),
+    ]
     ok = True
-    print(f"{'case':16} {'variant':12} {'rows':>5} {'seqs':>4} {'cells':>9} {'plan':>9} {'op':>9} {'GFLOP/s':>8} "
-          f"{'max err':>9} {'err/bound':>9} {'top-2048':>13}")
+    print(
+        f"{'case':16} {'variant':12} {'rows':>5} {'seqs':>4} {'cells':>9} {'plan':>9} {'op':>9} {'GFLOP/s':>8} "
+        f"{'max err':>9} {'err/bound':>9} {'top-2048':>13}"
+    )
     for title, scene, variant in cases:
         r = run_case(title, scene, variant, device)
         ok &= r["ok"]
-        print(f"{title:16} {r['variant'].name:12} {r['rows']:5} {r['seqs']:4} {r['cells']:9} "
-              f"{r['plan_seconds'] * 1e3:7.3f}ms {r['seconds'] * 1e3:7.2f}ms {r['gflops']:8.1f} {r['max_err']:9.2e} {r['bound_ratio']:9.1e} "
-              f"{r['overlap_min']:6.4f}/{r['overlap_mean']:6.4f}"
-              + ("" if r["untouched"] else "  CELLS OUTSIDE WINDOWS WRITTEN"))
+        print(
+            f"{title:16} {r['variant'].name:12} {r['rows']:5} {r['seqs']:4} {r['cells']:9} "
+            f"{r['plan_seconds'] * 1e3:7.3f}ms {r['seconds'] * 1e3:7.2f}ms {r['gflops']:8.1f} {r['max_err']:9.2e} {r['bound_ratio']:9.1e} "
+            f"{r['overlap_min']:6.4f}/{r['overlap_mean']:6.4f}"
+            + ("" if r["untouched"] else "  CELLS OUTSIDE WINDOWS WRITTEN")
+        )
     print("top-2048: min/mean per-row overlap of the top min(2048, window) positions with the reference")
     print("PASS: every in-window cell within the instance's bound, no cell outside a window written" if ok else "FAIL")
     return ok

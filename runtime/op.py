@@ -52,8 +52,14 @@ def pa_mqa_logits_mxfp4(
     arch = arch_of(device)
     if plan.variant.arch != arch:
         raise ValueError(f"mxlogits: plan: built for arch {plan.variant.arch}, but {device} runs {arch}")
-    named = {"q_scale": q_scale, "kv_cache": kv_cache, "kv_scale": kv_scale, "block_tables": block_tables,
-             "weights": weights, "out": out}
+    named = {
+        "q_scale": q_scale,
+        "kv_cache": kv_cache,
+        "kv_scale": kv_scale,
+        "block_tables": block_tables,
+        "weights": weights,
+        "out": out,
+    }
     for name, t in named.items():
         if t is None and name == "out":
             continue
@@ -72,8 +78,21 @@ def pa_mqa_logits_mxfp4(
         out = torch.full((q.shape[0], max_seq_len), float("-inf"), dtype=torch.float32, device=device)
     v = plan.variant
     ops(arch).pa_mqa_logits_mxfp4(
-        q, q_scale, kv_cache, kv_scale, block_tables, weights,
-        plan.buffers.cta_info, plan.buffers.cta_ranges, plan.local_ends, plan.local_starts, out,
-        plan.num_rows, max_seq_len, float(weight_scale), v.q_per_block, v.block_k,
+        q,
+        q_scale,
+        kv_cache,
+        kv_scale,
+        block_tables,
+        weights,
+        plan.buffers.cta_info,
+        plan.buffers.cta_ranges,
+        plan.local_ends,
+        plan.local_starts,
+        out,
+        plan.num_rows,
+        max_seq_len,
+        float(weight_scale),
+        v.q_per_block,
+        v.block_k,
     )
     return out

@@ -25,10 +25,14 @@ def split_fused_pages(buffer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
     return kv_cache, kv_scale
 
 
-def fused_kv_cache(num_pages: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def fused_kv_cache(
+    num_pages: int, device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A zeroed fused page buffer and its (kv_cache, kv_scale) views."""
     m = manifest()
-    buffer = torch.zeros((num_pages, m.page_size * (m.head_dim // 2 + m.head_dim // 32)), dtype=torch.uint8, device=device)
+    buffer = torch.zeros(
+        (num_pages, m.page_size * (m.head_dim // 2 + m.head_dim // 32)), dtype=torch.uint8, device=device
+    )
     return (buffer, *split_fused_pages(buffer))
 
 
@@ -46,9 +50,13 @@ def write_paged_kv(
     n = packed.shape[0] if packed.dim() == 2 else -1
     for name, t, width in (("packed", packed, m.head_dim // 2), ("scales", scales, m.head_dim // 32)):
         if t.dtype != torch.uint8 or t.dim() != 2 or t.shape != (n, width):
-            raise ValueError(f"mxlogits: {name}: expected uint8 [{n if n >= 0 else 'N'}, {width}], found {t.dtype} {tuple(t.shape)}")
+            raise ValueError(
+                f"mxlogits: {name}: expected uint8 [{n if n >= 0 else 'N'}, {width}], found {t.dtype} {tuple(t.shape)}"
+            )
     if slot_mapping.dim() != 1 or slot_mapping.numel() != n or slot_mapping.is_floating_point():
-        raise ValueError(f"mxlogits: slot_mapping: expected an integer [{n}] tensor, found {slot_mapping.dtype} {tuple(slot_mapping.shape)}")
+        raise ValueError(
+            f"mxlogits: slot_mapping: expected an integer [{n}] tensor, found {slot_mapping.dtype} {tuple(slot_mapping.shape)}"
+        )
     if kv_cache.shape[:2] != kv_scale.shape[:2] or kv_cache.shape[1] != m.page_size:
         raise ValueError(
             f"mxlogits: kv_cache/kv_scale: expected [pages, {m.page_size}, ...] with equal pages, "
@@ -58,7 +66,9 @@ def write_paged_kv(
     live = slot_mapping >= 0
     slots = slot_mapping[live].long()
     if slots.numel() and int(slots.max()) >= capacity:
-        raise ValueError(f"mxlogits: slot_mapping: expected slots < {capacity} (pages x PAGE), found {int(slots.max())}")
+        raise ValueError(
+            f"mxlogits: slot_mapping: expected slots < {capacity} (pages x PAGE), found {int(slots.max())}"
+        )
     pages, rows = slots // m.page_size, slots % m.page_size
     kv_cache[pages, rows] = packed[live]
     kv_scale[pages, rows] = scales[live]

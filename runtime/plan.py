@@ -110,7 +110,9 @@ def plan(
                  None: the row index at q_per_block 1, the tile's sequence above.
     """
     if not isinstance(buffers, MqaLogitsBuffers):
-        raise TypeError(f"mxlogits: buffers: expected MqaLogitsBuffers from plan_buffers(), found {type(buffers).__name__}")
+        raise TypeError(
+            f"mxlogits: buffers: expected MqaLogitsBuffers from plan_buffers(), found {type(buffers).__name__}"
+        )
     v = buffers.variant
     num_rows = buffers.total_q if total_q is None else _count(total_q, "total_q", 0)
     if num_rows > buffers.total_q:
@@ -131,16 +133,30 @@ def plan(
                 f"mxlogits: cu_seq_q: these buffers were sized for batch <= {buffers.batch} ({buffers.batch + 1} "
                 f"offsets), found {cu_seq_q.numel()} offsets"
             )
-    tensors = {"cu_seq_q": cu_seq_q if v.q_per_block > 1 else None, "local_ends": local_ends,
-               "local_starts": local_starts, "row_to_batch": row_to_batch}
+    tensors = {
+        "cu_seq_q": cu_seq_q if v.q_per_block > 1 else None,
+        "local_ends": local_ends,
+        "local_starts": local_starts,
+        "row_to_batch": row_to_batch,
+    }
     for name, t in tensors.items():
         if t is not None and (not isinstance(t, torch.Tensor) or t.device != buffers.device):
             where = t.device if isinstance(t, torch.Tensor) else type(t).__name__
-            raise ValueError(f"mxlogits: {name}: expected a tensor on {buffers.device} (the buffers' device), found {where}")
+            raise ValueError(
+                f"mxlogits: {name}: expected a tensor on {buffers.device} (the buffers' device), found {where}"
+            )
     ops(v.arch).build_schedule(
-        tensors["cu_seq_q"], local_ends, local_starts, row_to_batch,
-        buffers.cta_info, buffers.cta_ranges, buffers.scratch,
-        num_rows, batch, v.q_per_block, v.block_k,
+        tensors["cu_seq_q"],
+        local_ends,
+        local_starts,
+        row_to_batch,
+        buffers.cta_info,
+        buffers.cta_ranges,
+        buffers.scratch,
+        num_rows,
+        batch,
+        v.q_per_block,
+        v.block_k,
     )
     return MqaLogitsPlan(buffers, num_rows, batch, local_ends, local_starts)
 

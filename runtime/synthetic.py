@@ -57,9 +57,14 @@ def make_scene(
     kv_cache, kv_scale, block_tables = _paged_keys(contexts, device, g, width=width)
     q, q_scale, weights = _queries(len(rows), device, g)
     counts = [sum(1 for s, _, _ in rows if s == b) for b in range(len(contexts))]
-    i32 = lambda values: torch.tensor(values, dtype=torch.int32, device=device)  # noqa: E731
+    i32 = lambda values: torch.tensor(values, dtype=torch.int32, device=device)
     return Scene(
-        q=q, q_scale=q_scale, kv_cache=kv_cache, kv_scale=kv_scale, block_tables=block_tables, weights=weights,
+        q=q,
+        q_scale=q_scale,
+        kv_cache=kv_cache,
+        kv_scale=kv_scale,
+        block_tables=block_tables,
+        weights=weights,
         cu_seq_q=torch.tensor([0, *counts]).cumsum(0).to(torch.int32).to(device),
         local_starts=i32([s for _, s, _ in rows]),
         local_ends=i32([e for _, _, e in rows]),
@@ -87,7 +92,7 @@ def _paged_keys(
     _, kv_cache, kv_scale = fused_kv_cache(num_pages, device)
     used = 0
     for b, (ctx, n) in enumerate(zip(contexts, pages_of)):
-        block_tables[b, :n] = order[used:used + n]
+        block_tables[b, :n] = order[used : used + n]
         used += n
         tokens = torch.arange(ctx)
         slots = block_tables[b, tokens // page].long() * page + tokens % page

@@ -3,10 +3,9 @@ comparison of SPEC §3 (in-window cells within the instance's bound, other cells
 
 from __future__ import annotations
 
+import mxlogits as mx
 import pytest
 import torch
-
-import mxlogits as mx
 from mxlogits.synthetic import Scene
 from mxlogits.synthetic import make_scene as make_case  # noqa: F401  (cpu is its default device)
 
@@ -24,23 +23,45 @@ def variant(request) -> mx.MqaLogitsVariant:
 
 def make_plan(case: Scene, variant, *, num_ctas=None, row_to_batch=True, starts=True) -> mx.MqaLogitsPlan:
     buffers = mx.plan_buffers("cpu", case.total_q, case.batch, variant, num_ctas=num_ctas)
-    return mx.plan(case.cu_seq_q, case.local_ends, buffers=buffers,
-                   local_starts=case.local_starts if starts else None,
-                   row_to_batch=case.row_to_batch if row_to_batch else None)
+    return mx.plan(
+        case.cu_seq_q,
+        case.local_ends,
+        buffers=buffers,
+        local_starts=case.local_starts if starts else None,
+        row_to_batch=case.row_to_batch if row_to_batch else None,
+    )
 
 
 def run_op(case: Scene, variant, *, out=None, weight_scale=1.0, plan=None, weights=None, **plan_kwargs) -> torch.Tensor:
     plan = plan or make_plan(case, variant, **plan_kwargs)
-    return mx.pa_mqa_logits_mxfp4(case.q, case.q_scale, case.kv_cache, case.kv_scale, case.block_tables,
-                                  case.weights if weights is None else weights, plan, case.max_seq_len,
-                                  weight_scale=weight_scale, out=out)
+    return mx.pa_mqa_logits_mxfp4(
+        case.q,
+        case.q_scale,
+        case.kv_cache,
+        case.kv_scale,
+        case.block_tables,
+        case.weights if weights is None else weights,
+        plan,
+        case.max_seq_len,
+        weight_scale=weight_scale,
+        out=out,
+    )
 
 
 def reference(case: Scene, *, weight_scale=1.0, starts=True, weights=None) -> torch.Tensor:
-    return mx.reference_logits(case.q, case.q_scale, case.kv_cache, case.kv_scale, case.block_tables,
-                               case.weights if weights is None else weights, case.local_ends, case.max_seq_len,
-                               local_starts=case.local_starts if starts else None, row_to_batch=case.row_to_batch,
-                               weight_scale=weight_scale)
+    return mx.reference_logits(
+        case.q,
+        case.q_scale,
+        case.kv_cache,
+        case.kv_scale,
+        case.block_tables,
+        case.weights if weights is None else weights,
+        case.local_ends,
+        case.max_seq_len,
+        local_starts=case.local_starts if starts else None,
+        row_to_batch=case.row_to_batch,
+        weight_scale=weight_scale,
+    )
 
 
 def assert_matches(out: torch.Tensor, ref: torch.Tensor, variant) -> None:

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 
+import mxlogits as mx
 import pytest
 import torch
-
-import mxlogits as mx
 from conftest import CPU_VARIANTS, assert_matches, make_case, make_plan, reference, run_op
 
 OPS = torch.ops.mxlogits_cpu
@@ -19,16 +18,30 @@ def decode_case(rows: int = 10):
 
 
 def raw_args(case, p, variant, out, **override):
-    args = dict(q=case.q, q_scale=case.q_scale, kv_cache=case.kv_cache, kv_scale=case.kv_scale,
-                block_tables=case.block_tables, weights=case.weights, cta_info=p.buffers.cta_info,
-                cta_ranges=p.buffers.cta_ranges, local_ends=p.local_ends, local_starts=p.local_starts, out=out,
-                num_rows=p.num_rows, max_seq_len=case.max_seq_len, weight_scale=1.0,
-                q_per_block=variant.q_per_block, block_k=variant.block_k)
+    args = dict(
+        q=case.q,
+        q_scale=case.q_scale,
+        kv_cache=case.kv_cache,
+        kv_scale=case.kv_scale,
+        block_tables=case.block_tables,
+        weights=case.weights,
+        cta_info=p.buffers.cta_info,
+        cta_ranges=p.buffers.cta_ranges,
+        local_ends=p.local_ends,
+        local_starts=p.local_starts,
+        out=out,
+        num_rows=p.num_rows,
+        max_seq_len=case.max_seq_len,
+        weight_scale=1.0,
+        q_per_block=variant.q_per_block,
+        block_k=variant.block_k,
+    )
     args.update(override)
     return args
 
 
 # ---- row counts ------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("variant", CPU_VARIANTS, ids=lambda v: v.name)
 @pytest.mark.parametrize("short", ["local_ends", "local_starts", "row_to_batch"])
@@ -58,7 +71,9 @@ def test_plan_raises_on_more_sequences_than_the_buffers_hold():
 
 def test_identity_cut_without_row_to_batch_needs_a_sequence_per_row():
     buffers = mx.plan_buffers("cpu", 10, 4)
-    with pytest.raises(RuntimeError, match=r"batch: expected a value in \[10, .*row r reads block_tables row r.*found 4"):
+    with pytest.raises(
+        RuntimeError, match=r"batch: expected a value in \[10, .*row r reads block_tables row r.*found 4"
+    ):
         mx.plan(None, torch.zeros(10, dtype=torch.int32), buffers=buffers)
 
 
@@ -70,10 +85,21 @@ def test_launch_raises_on_row_count_mismatch(variant, short):
     p = make_plan(case14, variant)
     out = torch.full((14, case14.max_seq_len), float("-inf"))
     tensors = dict(q=case14.q, q_scale=case14.q_scale, weights=case14.weights, out=out)
-    tensors[short] = (out[:10] if short == "out" else getattr(case10, short))
-    with pytest.raises(RuntimeError, match=rf"{short}: expected at least 14 rows \(the plan's num_rows\), found shape \[10,"):
-        mx.pa_mqa_logits_mxfp4(tensors["q"], tensors["q_scale"], case14.kv_cache, case14.kv_scale,
-                               case14.block_tables, tensors["weights"], p, case14.max_seq_len, out=tensors["out"])
+    tensors[short] = out[:10] if short == "out" else getattr(case10, short)
+    with pytest.raises(
+        RuntimeError, match=rf"{short}: expected at least 14 rows \(the plan's num_rows\), found shape \[10,"
+    ):
+        mx.pa_mqa_logits_mxfp4(
+            tensors["q"],
+            tensors["q_scale"],
+            case14.kv_cache,
+            case14.kv_scale,
+            case14.block_tables,
+            tensors["weights"],
+            p,
+            case14.max_seq_len,
+            out=tensors["out"],
+        )
     assert torch.isneginf(out).all()
 
 
@@ -81,25 +107,36 @@ def test_launch_raises_when_block_tables_has_fewer_rows_than_the_plan():
     case = decode_case()
     p = make_plan(case, mx.default_variant("cpu"))
     with pytest.raises(ValueError, match=r"block_tables: expected at least 10 rows \(the plan's batch\)"):
-        mx.pa_mqa_logits_mxfp4(case.q, case.q_scale, case.kv_cache, case.kv_scale, case.block_tables[:6],
-                               case.weights, p, case.max_seq_len)
+        mx.pa_mqa_logits_mxfp4(
+            case.q, case.q_scale, case.kv_cache, case.kv_scale, case.block_tables[:6], case.weights, p, case.max_seq_len
+        )
 
 
 # ---- the kernel row guard --------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("variant", CPU_VARIANTS, ids=lambda v: v.name)
 def test_kernel_row_guard_through_a_raw_launch(variant):
     """A schedule built for 14 rows launched raw with num_rows 10 drops rows 10..13: rows
     0..9 are right and nothing past the 10-row tensors is touched."""
-    rows14 = [(0, 0, 300 + 9 * i) for i in range(14)] if variant.q_per_block > 1 else \
-        [(i, 0, 300 + 9 * i) for i in range(14)]
+    rows14 = (
+        [(0, 0, 300 + 9 * i) for i in range(14)]
+        if variant.q_per_block > 1
+        else [(i, 0, 300 + 9 * i) for i in range(14)]
+    )
     contexts = [430] if variant.q_per_block > 1 else [300 + 9 * i for i in range(14)]
     case = make_case(contexts, rows14)
     p = make_plan(case, variant)
     assert any(r[4] > 0 and r[0] >= 10 for r in p.buffers.cta_info.tolist())
-    small = dataclasses.replace(case, q=case.q[:10].clone(), q_scale=case.q_scale[:10].clone(),
-                                weights=case.weights[:10].clone(), local_ends=case.local_ends[:10],
-                                local_starts=case.local_starts[:10], row_to_batch=case.row_to_batch[:10])
+    small = dataclasses.replace(
+        case,
+        q=case.q[:10].clone(),
+        q_scale=case.q_scale[:10].clone(),
+        weights=case.weights[:10].clone(),
+        local_ends=case.local_ends[:10],
+        local_starts=case.local_starts[:10],
+        row_to_batch=case.row_to_batch[:10],
+    )
     out = torch.full((10, case.max_seq_len), float("-inf"))
     OPS.pa_mqa_logits_mxfp4(**raw_args(small, p, variant, out, num_rows=10))
     assert_matches(out, reference(small), variant)
@@ -112,11 +149,15 @@ def test_kernel_drops_records_no_plan_produces():
     v = mx.default_variant("cpu")
     case = decode_case(4)
     p = make_plan(case, v)
-    forged = torch.tensor([[7, 1, 0, 0, 1, 0, 64],       # row past num_rows
-                           [0, 1, 99, 0, 1, 0, 64],      # sequence past block_tables
-                           [1, 1, 1, 50, 3, 0, 10**6],   # chunks past max_seq_len
-                           [2, 1, -1, 0, 1, 0, 64]],     # negative sequence
-                          dtype=torch.int32)
+    forged = torch.tensor(
+        [
+            [7, 1, 0, 0, 1, 0, 64],  # row past num_rows
+            [0, 1, 99, 0, 1, 0, 64],  # sequence past block_tables
+            [1, 1, 1, 50, 3, 0, 10**6],  # chunks past max_seq_len
+            [2, 1, -1, 0, 1, 0, 64],
+        ],  # negative sequence
+        dtype=torch.int32,
+    )
     ranges = torch.tensor([[0, 4]], dtype=torch.int32)
     out = torch.full((4, case.max_seq_len), float("-inf"))
     OPS.pa_mqa_logits_mxfp4(**raw_args(case, p, v, out, cta_info=forged, cta_ranges=ranges, num_rows=4))
@@ -133,13 +174,17 @@ def test_kernel_refuses_page_ids_outside_the_cache():
 
 # ---- arguments -------------------------------------------------------------------------------
 
+
 def test_argument_errors_name_argument_expected_and_found():
     v = mx.default_variant("cpu")
     case = decode_case(3)
     p = make_plan(case, v)
     bad = {
         "q": (case.q.float(), r"q: expected dtype uint8 or float4_e2m1fn_x2, found Float"),
-        "q_scale": (case.q_scale[:, :32], r"q_scale: expected shape \[rows, 64, 4\] with contiguous inner dims, found shape \[3, 32, 4\]"),
+        "q_scale": (
+            case.q_scale[:, :32],
+            r"q_scale: expected shape \[rows, 64, 4\] with contiguous inner dims, found shape \[3, 32, 4\]",
+        ),
         "kv_cache": (case.kv_cache.transpose(1, 2), r"kv_cache: expected shape \[rows, 64, 64\]"),
         "kv_scale": (case.kv_scale[:-1], r"kv_scale: expected \d+ pages \(those of kv_cache\), found \d+"),
         "weights": (case.weights.double(), r"weights: expected dtype float32 or bfloat16, found Double"),
@@ -147,8 +192,14 @@ def test_argument_errors_name_argument_expected_and_found():
     }
     out = torch.full((3, case.max_seq_len), float("-inf"))
     for name, (value, message) in bad.items():
-        args = dict(q=case.q, q_scale=case.q_scale, kv_cache=case.kv_cache, kv_scale=case.kv_scale,
-                    block_tables=case.block_tables, weights=case.weights)
+        args = dict(
+            q=case.q,
+            q_scale=case.q_scale,
+            kv_cache=case.kv_cache,
+            kv_scale=case.kv_scale,
+            block_tables=case.block_tables,
+            weights=case.weights,
+        )
         args[name] = value
         with pytest.raises(RuntimeError, match=message):
             mx.pa_mqa_logits_mxfp4(**args, plan=p, max_seq_len=case.max_seq_len, out=out)
@@ -166,7 +217,10 @@ def test_out_and_block_tables_bounds():
         run_op(case, v, plan=p, out=torch.empty(L, 3).t())
     width = mx.block_table_width(L, v)
     case.block_tables = case.block_tables[:, : width - 1]
-    with pytest.raises(RuntimeError, match=rf"block_tables: expected at least {width} columns \(block_table_width\(max_seq_len={L}\) at block_k 256"):
+    with pytest.raises(
+        RuntimeError,
+        match=rf"block_tables: expected at least {width} columns \(block_table_width\(max_seq_len={L}\) at block_k 256",
+    ):
         run_op(case, v, plan=p)
 
 
@@ -191,11 +245,27 @@ def test_devices_must_match():
     case = decode_case(2)
     p = make_plan(case, v)
     with pytest.raises(ValueError, match=r"weights: expected a tensor on cpu \(that of q\), found meta"):
-        mx.pa_mqa_logits_mxfp4(case.q, case.q_scale, case.kv_cache, case.kv_scale, case.block_tables,
-                               case.weights.to("meta"), p, case.max_seq_len)
+        mx.pa_mqa_logits_mxfp4(
+            case.q,
+            case.q_scale,
+            case.kv_cache,
+            case.kv_scale,
+            case.block_tables,
+            case.weights.to("meta"),
+            p,
+            case.max_seq_len,
+        )
     with pytest.raises(ValueError, match=r"the plan was built for cpu and this launch is on meta"):
-        mx.pa_mqa_logits_mxfp4(case.q.to("meta"), case.q_scale, case.kv_cache, case.kv_scale, case.block_tables,
-                               case.weights, p, case.max_seq_len)
+        mx.pa_mqa_logits_mxfp4(
+            case.q.to("meta"),
+            case.q_scale,
+            case.kv_cache,
+            case.kv_scale,
+            case.block_tables,
+            case.weights,
+            p,
+            case.max_seq_len,
+        )
     with pytest.raises(ValueError, match=r"local_ends: expected a tensor on cpu \(the buffers' device\), found meta"):
         mx.plan(None, case.local_ends.to("meta"), buffers=p.buffers)
 
@@ -207,6 +277,7 @@ def test_int64_windows_are_refused_not_converted():
 
 
 # ---- variants, arches, plans -----------------------------------------------------------------
+
 
 def test_unknown_and_foreign_variants_are_refused():
     with pytest.raises(ValueError, match=r"unknown variant 'qlen3_kv64' for cpu; available: \["):
@@ -226,11 +297,27 @@ def test_plans_and_buffers_of_another_arch_are_refused():
     p = make_plan(case, mx.default_variant("cpu"))
     foreign = dataclasses.replace(p.buffers, variant=dataclasses.replace(p.variant, arch="sm90"))
     with pytest.raises(ValueError, match=r"plan: built for arch sm90, but cpu runs cpu"):
-        mx.pa_mqa_logits_mxfp4(case.q, case.q_scale, case.kv_cache, case.kv_scale, case.block_tables,
-                               case.weights, dataclasses.replace(p, buffers=foreign), case.max_seq_len)
+        mx.pa_mqa_logits_mxfp4(
+            case.q,
+            case.q_scale,
+            case.kv_cache,
+            case.kv_scale,
+            case.block_tables,
+            case.weights,
+            dataclasses.replace(p, buffers=foreign),
+            case.max_seq_len,
+        )
     with pytest.raises(TypeError, match=r"plan: expected an MqaLogitsPlan"):
-        mx.pa_mqa_logits_mxfp4(case.q, case.q_scale, case.kv_cache, case.kv_scale, case.block_tables,
-                               case.weights, p.buffers, case.max_seq_len)
+        mx.pa_mqa_logits_mxfp4(
+            case.q,
+            case.q_scale,
+            case.kv_cache,
+            case.kv_scale,
+            case.block_tables,
+            case.weights,
+            p.buffers,
+            case.max_seq_len,
+        )
     with pytest.raises(TypeError, match=r"buffers: expected MqaLogitsBuffers"):
         mx.plan(None, case.local_ends, buffers=p)
 
@@ -240,7 +327,10 @@ def test_raw_launch_with_an_uncompiled_shape_lists_the_instances():
     v = mx.default_variant("cpu")
     p = make_plan(case, v)
     out = torch.full((2, case.max_seq_len), float("-inf"))
-    with pytest.raises(RuntimeError, match=r"no instance with \(q_per_block, block_k\) = \(2, 128\); this module has qlen1_kv64 \(1, 64\)"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"no instance with \(q_per_block, block_k\) = \(2, 128\); this module has qlen1_kv64 \(1, 64\)",
+    ):
         OPS.pa_mqa_logits_mxfp4(**raw_args(case, p, v, out, q_per_block=2, block_k=128))
 
 
@@ -254,5 +344,6 @@ def test_numbers_are_checked():
     case = decode_case(2)
     p = make_plan(case, mx.default_variant("cpu"))
     with pytest.raises(TypeError, match=r"max_seq_len: expected an int, found float"):
-        mx.pa_mqa_logits_mxfp4(case.q, case.q_scale, case.kv_cache, case.kv_scale, case.block_tables,
-                               case.weights, p, 300.0)
+        mx.pa_mqa_logits_mxfp4(
+            case.q, case.q_scale, case.kv_cache, case.kv_scale, case.block_tables, case.weights, p, 300.0
+        )

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import jinja2
 import pytest
-
 from mxlogits_codegen.cli import main as gen_main
 from mxlogits_codegen.render import render_all
 from mxlogits_codegen.table import TableError, load_table
@@ -46,48 +45,133 @@ def line_of(text: str, needle: str) -> int:
 
 ERRORS = {
     # name: (old, new, line marker in the edited text, message pattern)
-    "unknown top-level key": ("instances:", "extra: 1\ninstances:", "extra: 1",
-                              r"\(top level\)\.extra: expected one of .*found unknown key 'extra'"),
-    "unknown instance key": ("cta_resident: 8, default", "cta_resident: 8, warps: 4, default", "warps: 4",
-                             r"instances\[0\]\.warps: expected one of .*found unknown key 'warps'"),
-    "unknown arch key": ("    target: host", "    target: host\n    arch_flags: []", "arch_flags",
-                         r"arches\[0\]\.arch_flags: expected one of .*found unknown key 'arch_flags'"),
-    "duplicate key": ("block_k: 64, cta", "block_k: 64, block_k: 64, cta", "block_k: 64, block_k",
-                      r"instances\[0\]\.block_k: expected each key once, found a duplicate key"),
-    "duplicate (arch, name)": ("name: qlen4_kv256", "name: qlen1_kv64", "q_per_block: 4",
-                               r"instances\.name: expected a unique \(arch, name\), found \('cpu', 'qlen1_kv64'\) again \(first at line 14\)"),
-    "no default": (", default: true}", "}", "- name: cpu",
-                   r"instances\.default: expected exactly one default instance of arch 'cpu', found none"),
-    "two defaults": ("cta_resident: 8}", "cta_resident: 8, default: true}", "- name: cpu",
-                     r"found 'qlen1_kv64' \(line 14\), 'qlen4_kv256' \(line 15\)"),
-    "q_per_block < 1": ("q_per_block: 1,", "q_per_block: 0,", "q_per_block: 0",
-                        r"instances\[0\]\.q_per_block: expected an integer >= 1, found 0"),
-    "cta_resident < 1": ("block_k: 64, cta_resident: 8", "block_k: 64, cta_resident: -2", "cta_resident: -2",
-                         r"instances\[0\]\.cta_resident: expected an integer >= 1, found -2"),
-    "block_k not a multiple of the page": ("block_k: 64,", "block_k: 96,", "block_k: 96",
-                                           r"instances\[0\]\.block_k: expected a positive multiple of table\.page_size \(64\), found 96"),
-    "block_k zero": ("block_k: 64,", "block_k: 0,", "block_k: 0",
-                     r"instances\[0\]\.block_k: expected a positive multiple"),
+    "unknown top-level key": (
+        "instances:",
+        "extra: 1\ninstances:",
+        "extra: 1",
+        r"\(top level\)\.extra: expected one of .*found unknown key 'extra'",
+    ),
+    "unknown instance key": (
+        "cta_resident: 8, default",
+        "cta_resident: 8, warps: 4, default",
+        "warps: 4",
+        r"instances\[0\]\.warps: expected one of .*found unknown key 'warps'",
+    ),
+    "unknown arch key": (
+        "    target: host",
+        "    target: host\n    arch_flags: []",
+        "arch_flags",
+        r"arches\[0\]\.arch_flags: expected one of .*found unknown key 'arch_flags'",
+    ),
+    "duplicate key": (
+        "block_k: 64, cta",
+        "block_k: 64, block_k: 64, cta",
+        "block_k: 64, block_k",
+        r"instances\[0\]\.block_k: expected each key once, found a duplicate key",
+    ),
+    "duplicate (arch, name)": (
+        "name: qlen4_kv256",
+        "name: qlen1_kv64",
+        "q_per_block: 4",
+        r"instances\.name: expected a unique \(arch, name\), found \('cpu', 'qlen1_kv64'\) again \(first at line 14\)",
+    ),
+    "no default": (
+        ", default: true}",
+        "}",
+        "- name: cpu",
+        r"instances\.default: expected exactly one default instance of arch 'cpu', found none",
+    ),
+    "two defaults": (
+        "cta_resident: 8}",
+        "cta_resident: 8, default: true}",
+        "- name: cpu",
+        r"found 'qlen1_kv64' \(line 14\), 'qlen4_kv256' \(line 15\)",
+    ),
+    "q_per_block < 1": (
+        "q_per_block: 1,",
+        "q_per_block: 0,",
+        "q_per_block: 0",
+        r"instances\[0\]\.q_per_block: expected an integer >= 1, found 0",
+    ),
+    "cta_resident < 1": (
+        "block_k: 64, cta_resident: 8",
+        "block_k: 64, cta_resident: -2",
+        "cta_resident: -2",
+        r"instances\[0\]\.cta_resident: expected an integer >= 1, found -2",
+    ),
+    "block_k not a multiple of the page": (
+        "block_k: 64,",
+        "block_k: 96,",
+        "block_k: 96",
+        r"instances\[0\]\.block_k: expected a positive multiple of table\.page_size \(64\), found 96",
+    ),
+    "block_k zero": (
+        "block_k: 64,",
+        "block_k: 0,",
+        "block_k: 0",
+        r"instances\[0\]\.block_k: expected a positive multiple",
+    ),
     "unsupported heads": ("heads: 64", "heads: 48", "heads: 48", r"table\.heads: expected one of \[32, 64\], found 48"),
-    "unsupported head_dim": ("head_dim: 128", "head_dim: 96", "head_dim: 96",
-                             r"table\.head_dim: expected one of \[64, 128\], found 96"),
-    "arch without a body template": ("name: cpu\n", "name: sm90\n", "name: sm90",
-                                     r"arches\[0\]\.name: expected an arch with templates/arch/sm90/traits\.h\.j2, found no such template"),
-    "same (q_per_block, block_k) twice": ("q_per_block: 4, block_k: 256", "q_per_block: 1, block_k: 64", "qlen4_kv256",
-                                          r"expected one instance per \(q_per_block, block_k\) of arch 'cpu', found \(1, 64\) in both 'qlen1_kv64' \(line 14\) and 'qlen4_kv256'"),
-    "instance of an unknown arch": ("{arch: cpu, name: qlen4", "{arch: gfx950, name: qlen4", "gfx950",
-                                    r"instances\[1\]\.arch: expected one of the arches \['cpu'\], found 'gfx950'"),
-    "wrong type": ("cta_resident: 8, default: true", "cta_resident: '8', default: true", "'8'",
-                   r"instances\[0\]\.cta_resident: expected an integer >= 1, found '8'"),
-    "bool is not an int": ("q_per_block: 1,", "q_per_block: true,", "q_per_block: true",
-                           r"q_per_block: expected an integer >= 1, found True"),
-    "bad family": ("family: host", "family: metal", "family: metal",
-                   r"arches\[0\]\.family: expected one of \['host', 'cuda', 'hip'\], found 'metal'"),
-    "target of another family": ("target: host", "target: sm_90a", "target: sm_90a",
-                                 r"arches\[0\]\.target: expected a host target \('host'\), found 'sm_90a'"),
-    "missing key": ("    scale_layout: natural\n", "", "- name: cpu",
-                    r"arches\[0\]\.scale_layout: expected this key, found it missing"),
-    "bad identifier": ("name: qlen1_kv64", "name: 1qlen", "1qlen", r"instances\[0\]\.name: expected a C identifier, found '1qlen'"),
+    "unsupported head_dim": (
+        "head_dim: 128",
+        "head_dim: 96",
+        "head_dim: 96",
+        r"table\.head_dim: expected one of \[64, 128\], found 96",
+    ),
+    "arch without a body template": (
+        "name: cpu\n",
+        "name: sm90\n",
+        "name: sm90",
+        r"arches\[0\]\.name: expected an arch with templates/arch/sm90/traits\.h\.j2, found no such template",
+    ),
+    "same (q_per_block, block_k) twice": (
+        "q_per_block: 4, block_k: 256",
+        "q_per_block: 1, block_k: 64",
+        "qlen4_kv256",
+        r"expected one instance per \(q_per_block, block_k\) of arch 'cpu', found \(1, 64\) in both 'qlen1_kv64' \(line 14\) and 'qlen4_kv256'",
+    ),
+    "instance of an unknown arch": (
+        "{arch: cpu, name: qlen4",
+        "{arch: gfx950, name: qlen4",
+        "gfx950",
+        r"instances\[1\]\.arch: expected one of the arches \['cpu'\], found 'gfx950'",
+    ),
+    "wrong type": (
+        "cta_resident: 8, default: true",
+        "cta_resident: '8', default: true",
+        "'8'",
+        r"instances\[0\]\.cta_resident: expected an integer >= 1, found '8'",
+    ),
+    "bool is not an int": (
+        "q_per_block: 1,",
+        "q_per_block: true,",
+        "q_per_block: true",
+        r"q_per_block: expected an integer >= 1, found True",
+    ),
+    "bad family": (
+        "family: host",
+        "family: metal",
+        "family: metal",
+        r"arches\[0\]\.family: expected one of \['host', 'cuda', 'hip'\], found 'metal'",
+    ),
+    "target of another family": (
+        "target: host",
+        "target: sm_90a",
+        "target: sm_90a",
+        r"arches\[0\]\.target: expected a host target \('host'\), found 'sm_90a'",
+    ),
+    "missing key": (
+        "    scale_layout: natural\n",
+        "",
+        "- name: cpu",
+        r"arches\[0\]\.scale_layout: expected this key, found it missing",
+    ),
+    "bad identifier": (
+        "name: qlen1_kv64",
+        "name: 1qlen",
+        "1qlen",
+        r"instances\[0\]\.name: expected a C identifier, found '1qlen'",
+    ),
 }
 
 
@@ -189,8 +273,9 @@ def test_writes_only_changed_files_and_deletes_removed_instances(tmp_path, capsy
     root = checkout(tmp_path)
     gen = root / "generated"
     stamp = {p: p.stat().st_mtime_ns for p in gen.rglob("*") if p.is_file()}
-    (root / "instances.yaml").write_text(GOOD.replace(
-        "  - {arch: cpu, name: qlen4_kv256, q_per_block: 4, block_k: 256, cta_resident: 8}\n", ""))
+    (root / "instances.yaml").write_text(
+        GOOD.replace("  - {arch: cpu, name: qlen4_kv256, q_per_block: 4, block_k: 256, cta_resident: 8}\n", "")
+    )
     capsys.readouterr()
     assert gen_main(["--root", str(root)]) == 0
     out = capsys.readouterr().out

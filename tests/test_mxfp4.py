@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import math
 
+import mxlogits as mx
 import pytest
 import torch
-
-import mxlogits as mx
 
 GRID = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
 
@@ -33,9 +32,9 @@ def test_ties_round_half_to_even_and_saturate():
 
 def test_scale_rule():
     x = torch.zeros(4, 32)
-    x[0, 0] = 1.0   # floor(log2 1) - 2 = -2  -> e 125
+    x[0, 0] = 1.0  # floor(log2 1) - 2 = -2  -> e 125
     x[1, 5] = -48.0  # floor(log2 48) = 5     -> e 130, element 48 / 8 = 6
-    x[2, 0] = 2.0 ** -140  # clamps to X = -127 -> e 0
+    x[2, 0] = 2.0**-140  # clamps to X = -127 -> e 0
     packed, scales = mx.quantize_mxfp4(x.reshape(128))
     assert scales.tolist() == [125, 130, 0, 0]  # block 3: amax 0 -> e 0
     y = mx.dequantize_mxfp4(packed, scales).reshape(4, 32)

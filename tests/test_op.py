@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import random
 
+import mxlogits as mx
 import pytest
 import torch
-
-import mxlogits as mx
 from conftest import assert_matches, make_case, make_plan, reference, run_op
 
 
@@ -21,12 +20,18 @@ def corner_cases() -> dict[str, tuple[list[int], list[tuple[int, int, int]]]]:
     cases = {
         "ragged_2b": ([700, 333], causal_rows(0, 690, 10) + causal_rows(1, 330, 3)),
         "ragged_3b": ([129, 64, 1000], causal_rows(0, 120, 9) + causal_rows(1, 60, 4) + causal_rows(2, 993, 7)),
-        "offset_starts": ([900, 500], [(0, 100 + 3 * j, 800 + j) for j in range(6)] + [(1, 37, 400 + j) for j in range(5)]),
+        "offset_starts": (
+            [900, 500],
+            [(0, 100 + 3 * j, 800 + j) for j in range(6)] + [(1, 37, 400 + j) for j in range(5)],
+        ),
         "long_2b": ([3000, 2500], causal_rows(0, 2990, 5) + causal_rows(1, 2497, 3)),
         "mixed_long": ([2600, 90, 1900, 1], [(0, 0, 2600), (1, 0, 90), (2, 0, 1900), (3, 0, 1)]),
         "offset_long": ([3100, 2800], [(0, 1234, 3100), (0, 1234, 3100), (1, 65, 2799), (1, 66, 2800)]),
-        "tiny_windows": ([300, 200], [(0, s, s + n) for s, n in ((0, 1), (63, 1), (64, 2), (200, 3))]
-                                      + [(1, s, s + 1) for s in (0, 1, 127, 128, 199)]),
+        "tiny_windows": (
+            [300, 200],
+            [(0, s, s + n) for s, n in ((0, 1), (63, 1), (64, 2), (200, 3))]
+            + [(1, s, s + 1) for s in (0, 1, 127, 128, 199)],
+        ),
         "tile_edges": ([1100], [(0, 0, e) for e in (63, 64, 65, 127, 128, 129, 255, 256, 257, 511, 512, 1024)]),
         "start_sweep_mod_128": ([600], [(0, s, s + 100 + (s % 7)) for s in range(128)]),
     }
@@ -82,7 +87,7 @@ def test_atom_padded_decode(variant, mtp, padded):
     ref = reference(case)
     assert_matches(out, ref, variant)
     if padded:
-        assert torch.isneginf(out[5 * mtp:]).all(), "pad rows were written"
+        assert torch.isneginf(out[5 * mtp :]).all(), "pad rows were written"
 
 
 def test_out_cells_outside_windows_untouched(variant):
@@ -99,11 +104,11 @@ def test_out_cells_outside_windows_untouched(variant):
 def test_strided_out(variant):
     case = make_case([700, 400], causal_rows(0, 690, 8) + causal_rows(1, 390, 8))
     base = torch.full((case.total_q, case.max_seq_len + 40), float("-inf"))
-    out = base[:, 13:13 + case.max_seq_len]
+    out = base[:, 13 : 13 + case.max_seq_len]
     assert out.stride(0) != out.shape[1]
     run_op(case, variant, out=out)
     assert_matches(out, reference(case), variant)
-    assert torch.isneginf(base[:, :13]).all() and torch.isneginf(base[:, 13 + case.max_seq_len:]).all()
+    assert torch.isneginf(base[:, :13]).all() and torch.isneginf(base[:, 13 + case.max_seq_len :]).all()
 
 
 def test_fused_page_buffer_in_place_equals_separate_tensors(variant):
@@ -137,6 +142,7 @@ def test_results_do_not_depend_on_the_grid(variant):
 
 
 # ---- NaN from E8M0 0xFF (SPEC §3) -----------------------------------------------------------
+
 
 def poisoned_case(variant):
     rows = [(0, 0, 100), (0, 0, 101), (0, 50, 130), (0, 101, 140)]
@@ -181,16 +187,43 @@ def test_nan_q_scale_poisons_its_row(variant):
 
 # ---- torch.library ---------------------------------------------------------------------------
 
+
 def test_opcheck(variant):
     case = make_case([300, 200], causal_rows(0, 290, 4) + causal_rows(1, 190, 4))
     p = make_plan(case, variant)
     out = torch.full((case.total_q, case.max_seq_len), float("-inf"))
-    args = (case.q, case.q_scale, case.kv_cache, case.kv_scale, case.block_tables, case.weights,
-            p.buffers.cta_info, p.buffers.cta_ranges, p.local_ends, p.local_starts, out,
-            p.num_rows, case.max_seq_len, 1.0, variant.q_per_block, variant.block_k)
+    args = (
+        case.q,
+        case.q_scale,
+        case.kv_cache,
+        case.kv_scale,
+        case.block_tables,
+        case.weights,
+        p.buffers.cta_info,
+        p.buffers.cta_ranges,
+        p.local_ends,
+        p.local_starts,
+        out,
+        p.num_rows,
+        case.max_seq_len,
+        1.0,
+        variant.q_per_block,
+        variant.block_k,
+    )
     torch.library.opcheck(torch.ops.mxlogits_cpu.pa_mqa_logits_mxfp4.default, args)
-    sched = (case.cu_seq_q, case.local_ends, case.local_starts, case.row_to_batch, p.buffers.cta_info,
-             p.buffers.cta_ranges, p.buffers.scratch, case.total_q, case.batch, variant.q_per_block, variant.block_k)
+    sched = (
+        case.cu_seq_q,
+        case.local_ends,
+        case.local_starts,
+        case.row_to_batch,
+        p.buffers.cta_info,
+        p.buffers.cta_ranges,
+        p.buffers.scratch,
+        case.total_q,
+        case.batch,
+        variant.q_per_block,
+        variant.block_k,
+    )
     torch.library.opcheck(torch.ops.mxlogits_cpu.build_schedule.default, sched)
 
 
@@ -201,8 +234,12 @@ def test_traces_under_torch_compile():
 
     @torch.compile(fullgraph=True, backend="aot_eager")
     def step(q, q_scale, weights, out):
-        return mx.pa_mqa_logits_mxfp4(q, q_scale, case.kv_cache, case.kv_scale, case.block_tables, weights, p,
-                                      case.max_seq_len, out=out) * 2
+        return (
+            mx.pa_mqa_logits_mxfp4(
+                q, q_scale, case.kv_cache, case.kv_scale, case.block_tables, weights, p, case.max_seq_len, out=out
+            )
+            * 2
+        )
 
     out = torch.full((case.total_q, case.max_seq_len), float("-inf"))
     doubled = step(case.q, case.q_scale, case.weights, out)

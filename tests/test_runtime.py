@@ -9,10 +9,9 @@ import subprocess
 import sys
 import zipfile
 
+import mxlogits as mx
 import pytest
 import torch
-
-import mxlogits as mx
 from helpers_subprocess import ROOT, python
 
 LOAD = "import mxlogits; b = mxlogits.plan_buffers('cpu', 3, 3); print(mxlogits.built_library('cpu'))"
@@ -53,21 +52,28 @@ def test_hand_edited_generated_files_are_refused(tmp_path):
 
 
 def test_runtime_imports_neither_jinja2_nor_yaml():
-    code = ("import sys, mxlogits; mxlogits.plan_buffers('cpu', 2, 2); mxlogits.block_table_width(100, device='cpu');"
-            "print(sorted(m for m in ('jinja2', 'yaml', 'mxlogits_codegen') if m in sys.modules))")
+    code = (
+        "import sys, mxlogits; mxlogits.plan_buffers('cpu', 2, 2); mxlogits.block_table_width(100, device='cpu');"
+        "print(sorted(m for m in ('jinja2', 'yaml', 'mxlogits_codegen') if m in sys.modules))"
+    )
     assert python(code).stdout.strip() == "[]"
 
 
 def test_block_table_width_of_explicit_variants_needs_no_device_and_no_build(tmp_path):
     env = {"MXLOGITS_CACHE_DIR": str(tmp_path / "empty"), "MXLOGITS_JIT": "0", "CUDA_VISIBLE_DEVICES": ""}
-    code = ("import mxlogits as mx; v = {x.name: x for x in mx.variants('cpu')};"
-            "print([mx.block_table_width(n, v[k]) for k in ('qlen1_kv64', 'qlen1_kv256') for n in (0, 1000, 1025)])")
+    code = (
+        "import mxlogits as mx; v = {x.name: x for x in mx.variants('cpu')};"
+        "print([mx.block_table_width(n, v[k]) for k in ('qlen1_kv64', 'qlen1_kv256') for n in (0, 1000, 1025)])"
+    )
     assert python(code, env=env).stdout.strip() == "[0, 16, 17, 0, 16, 20]"
 
 
 def test_arch_probe():
     assert mx.arch_of("cpu") == "cpu"
-    assert mx.arch.arch_of(mx.arch.normalize_device("cpu")) == "cpu" and mx.arch._arch_by_device[torch.device("cpu")] == "cpu"
+    assert (
+        mx.arch.arch_of(mx.arch.normalize_device("cpu")) == "cpu"
+        and mx.arch._arch_by_device[torch.device("cpu")] == "cpu"
+    )
     with pytest.raises(RuntimeError, match=r"no arch runs on device type 'meta'; the table has \['cpu'\]"):
         mx.arch_of("meta")
 
@@ -83,19 +89,29 @@ def test_default_and_tolerance_come_from_the_manifest():
 
 def test_non_editable_install_finds_generated_sources_as_package_data(tmp_path):
     wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(wheels)], check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     (wheel,) = wheels.glob("mxlogits-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for path in json.loads((ROOT / "generated" / "manifest.json").read_text())["arches"]["cpu"]["files"]:
         assert f"mxlogits/generated/{path}" in names
     assert "mxlogits/generated/manifest.json" in names and "mxlogits_codegen/cli.py" in names
     site = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
-                   check=True, capture_output=True, timeout=600)
-    code = ("import mxlogits, mxlogits.demo as d; from mxlogits.manifest import manifest;"
-            "r = d.run_case('t', d.make_scene([300], [(0, 0, 300)], 'cpu'), None, __import__('torch').device('cpu'), 1);"
-            "print(mxlogits.__file__); print(manifest().directory); print(r['ok'])")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    code = (
+        "import mxlogits, mxlogits.demo as d; from mxlogits.manifest import manifest;"
+        "r = d.run_case('t', d.make_scene([300], [(0, 0, 300)], 'cpu'), None, __import__('torch').device('cpu'), 1);"
+        "print(mxlogits.__file__); print(manifest().directory); print(r['ok'])"
+    )
     out = python(code, env={"PYTHONPATH": str(site)}, cwd=tmp_path).stdout.split()
     assert out[0].startswith(str(site)) and out[1] == str(site / "mxlogits" / "generated") and out[2] == "True"
 
@@ -104,6 +120,7 @@ def test_cpu_module_runs_on_torchs_openmp_pool():
     """at::parallel_for expands in our TUs: without -fopenmp it silently runs serially."""
     if "OpenMP" not in __import__("torch").__config__.parallel_info():
         pytest.skip("this torch's intra-op pool is not OpenMP")
-    symbols = subprocess.run(["nm", "-D", "--undefined-only", str(mx.built_library("cpu"))],
-                             capture_output=True, text=True, check=True).stdout
+    symbols = subprocess.run(
+        ["nm", "-D", "--undefined-only", str(mx.built_library("cpu"))], capture_output=True, text=True, check=True
+    ).stdout
     assert "GOMP_parallel" in symbols

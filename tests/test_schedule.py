@@ -6,10 +6,9 @@ from __future__ import annotations
 import random
 from collections import Counter
 
+import mxlogits as mx
 import pytest
 import torch
-
-import mxlogits as mx
 from conftest import CPU_VARIANTS, variant_id
 
 
@@ -61,17 +60,29 @@ def random_plan(rng: random.Random, variant):
 
 
 def check_plan(variant, num_rows, batch, cu, starts, ends, rtb, num_ctas):
-    i32 = lambda v: torch.tensor(v, dtype=torch.int32)  # noqa: E731
+    i32 = lambda v: torch.tensor(v, dtype=torch.int32)
     use_starts = any(s != 0 for s in starts)
     buffers = mx.plan_buffers("cpu", num_rows, batch, variant, num_ctas=num_ctas)
     n_ctas = buffers.num_ctas
     assert n_ctas == (num_ctas or variant.cta_resident)
-    p = mx.plan(i32(cu) if cu is not None else None, i32(ends), buffers=buffers,
-                local_starts=i32(starts) if use_starts else None,
-                row_to_batch=i32(rtb) if rtb is not None else None)
+    p = mx.plan(
+        i32(cu) if cu is not None else None,
+        i32(ends),
+        buffers=buffers,
+        local_starts=i32(starts) if use_starts else None,
+        row_to_batch=i32(rtb) if rtb is not None else None,
+    )
     seq_batch = len(cu) - 1 if cu is not None else batch
-    tiles = model_tiles(num_rows, seq_batch, variant.q_per_block, variant.block_k, cu,
-                        starts if use_starts else [0] * num_rows, ends, rtb)
+    tiles = model_tiles(
+        num_rows,
+        seq_batch,
+        variant.q_per_block,
+        variant.block_k,
+        cu,
+        starts if use_starts else [0] * num_rows,
+        ends,
+        rtb,
+    )
     records = p.buffers.cta_info.tolist()
     ranges = p.buffers.cta_ranges.tolist()
     total = sum(t[6] for t in tiles)
@@ -123,8 +134,12 @@ def test_grid_never_runs_out_of_room_to_split(variant):
         cu = list(range(0, rows + 1, 1)) if variant.q_per_block > 1 else None
         check_plan(variant, rows, rows, cu, [0] * rows, ends, list(range(rows)), None)
         buffers = mx.plan_buffers("cpu", rows, rows, variant)
-        p = mx.plan(torch.tensor(cu, dtype=torch.int32) if cu else None, torch.tensor(ends, dtype=torch.int32),
-                    buffers=buffers, row_to_batch=torch.arange(rows, dtype=torch.int32))
+        p = mx.plan(
+            torch.tensor(cu, dtype=torch.int32) if cu else None,
+            torch.tensor(ends, dtype=torch.int32),
+            buffers=buffers,
+            row_to_batch=torch.arange(rows, dtype=torch.int32),
+        )
         counts = p.buffers.cta_info[:, 4]
         total = int(counts.sum())
         per_cta = [int(counts[b:e].sum()) for b, e in p.buffers.cta_ranges.tolist()]
@@ -147,7 +162,6 @@ def test_over_claiming_cu_seq_q_is_clamped_to_total_q():
     """Contract 4 broken (cu_seq_q[batch] > total_q): the builder still schedules no row past total_q."""
     v = next(v for v in CPU_VARIANTS if v.q_per_block > 1)
     buffers = mx.plan_buffers("cpu", 10, 2, v)
-    p = mx.plan(torch.tensor([0, 6, 14], dtype=torch.int32), torch.full((10,), 500, dtype=torch.int32),
-                buffers=buffers)
+    p = mx.plan(torch.tensor([0, 6, 14], dtype=torch.int32), torch.full((10,), 500, dtype=torch.int32), buffers=buffers)
     recs = [r for r in p.buffers.cta_info.tolist() if r[4] > 0]
     assert recs and max(r[0] + r[1] for r in recs) == 10

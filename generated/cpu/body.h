@@ -113,7 +113,8 @@ template <class T>
 inline void load_k(const KernelArgs& a, int64_t batch, int64_t t0, int64_t t1, Scratch<T>& s) {
   for (int64_t t = t0; t < t1;) {
     const int64_t col = t / kPageSize;
-    MXL_CHECK(col < a.block_table_width, "mxlogits[cpu]: token %lld needs block_tables column %lld, but only %d columns are valid",
+    MXL_CHECK(col < a.block_table_width,
+              "mxlogits[cpu]: token %lld needs block_tables column %lld, but only %d columns are valid",
               (long long)t, (long long)col, a.block_table_width);
     const int32_t page = a.block_tables[batch * a.block_table_stride + col];
     MXL_CHECK(page >= 0 && page < a.num_pages,

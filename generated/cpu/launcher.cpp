@@ -4,6 +4,7 @@
 // differ between arches.
 #include <c10/core/DeviceGuard.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <initializer_list>
 #include <limits>
@@ -32,24 +33,26 @@ Text shape_of(at::IntArrayRef sizes) {
   return t;
 }
 
+// Raises "mxlogits[cpu] <op>: <argument>: <message>" unless `cond` holds; the message's
+// arguments are evaluated only on failure.
+#define ARG_CHECK(checker, cond, argument, fmt, ...) \
+  MXL_CHECK(cond, "mxlogits[cpu] %s: %s: " fmt, (checker).op(), argument, ##__VA_ARGS__)
+
 // Checks of one op call; every message names the op, the argument, what was expected and
 // what was found.
 class Checker {
  public:
   Checker(const char* op, c10::Device device) : op_(op), device_(device) {}
 
-  void dtype(const at::Tensor& t, const char* name, std::initializer_list<at::ScalarType> ok,
-             const char* expected) const {
-    for (at::ScalarType s : ok) {
-      if (t.scalar_type() == s) return;
-    }
-    fail("mxlogits[cpu] %s: %s: expected dtype %s, found %s", op_, name, expected,
-         c10::toString(t.scalar_type()));
-  }
+  const char* op() const { return op_; }
 
-  void device(const at::Tensor& t, const char* name) const {
-    MXL_CHECK(t.device() == device_, "mxlogits[cpu] %s: %s: expected device %s (that of the first tensor), found %s",
-              op_, name, device_.str().c_str(), t.device().str().c_str());
+  // A tensor of one of the dtypes `ok` (described by `expected`) on the op's device.
+  void tensor(const at::Tensor& t, const char* name, std::initializer_list<at::ScalarType> ok,
+              const char* expected) const {
+    ARG_CHECK(*this, std::find(ok.begin(), ok.end(), t.scalar_type()) != ok.end(), name,
+              "expected dtype %s, found %s", expected, c10::toString(t.scalar_type()));
+    ARG_CHECK(*this, t.device() == device_, name, "expected device %s (that of the first tensor), found %s",
+              device_.str().c_str(), t.device().str().c_str());
   }
 
   // t is [rows, inner...] with the inner dims contiguous; `contiguous` also pins the row stride.
@@ -67,44 +70,42 @@ class Checker {
       int len = std::snprintf(expected.s, sizeof expected.s, "[rows");
       for (int64_t v : inner) len += std::snprintf(expected.s + len, sizeof expected.s - len, ", %lld", (long long)v);
       std::snprintf(expected.s + len, sizeof expected.s - len, "] with contiguous inner dims");
-      fail("mxlogits[cpu] %s: %s: expected shape %s, found shape %s strides %s", op_, name, expected.s,
-           shape_of(t.sizes()).s, shape_of(t.strides()).s);
+      ARG_CHECK(*this, false, name, "expected shape %s, found shape %s strides %s", expected.s,
+                shape_of(t.sizes()).s, shape_of(t.strides()).s);
     }
     const bool rows_ok = t.size(0) <= 1 || (contiguous ? t.stride(0) == stride : t.stride(0) >= stride);
-    MXL_CHECK(rows_ok, "mxlogits[cpu] %s: %s: expected a row stride %s %lld, found %lld", op_, name,
-              contiguous ? "==" : ">=", (long long)stride, (long long)t.stride(0));
+    ARG_CHECK(*this, rows_ok, name, "expected a row stride %s %lld, found %lld", contiguous ? "==" : ">=",
+              (long long)stride, (long long)t.stride(0));
   }
 
   void rows(const at::Tensor& t, const char* name, int64_t need, const char* why) const {
-    MXL_CHECK(t.dim() >= 1 && t.size(0) >= need, "mxlogits[cpu] %s: %s: expected at least %lld rows (%s), found shape %s",
-              op_, name, (long long)need, why, shape_of(t.sizes()).s);
+    ARG_CHECK(*this, t.dim() >= 1 && t.size(0) >= need, name, "expected at least %lld rows (%s), found shape %s",
+              (long long)need, why, shape_of(t.sizes()).s);
   }
 
   // An int32 vector with at least `need` entries.
   void vector(const at::Tensor& t, const char* name, int64_t need, const char* why) const {
-    dtype(t, name, {at::kInt}, "int32");
-    device(t, name);
-    MXL_CHECK(t.dim() == 1 && t.is_contiguous(), "mxlogits[cpu] %s: %s: expected a contiguous 1-D tensor, found shape %s strides %s",
-              op_, name, shape_of(t.sizes()).s, shape_of(t.strides()).s);
-    MXL_CHECK(t.numel() >= need, "mxlogits[cpu] %s: %s: expected at least %lld entries (%s), found %lld", op_, name,
-              (long long)need, why, (long long)t.numel());
+    tensor(t, name, {at::kInt}, "int32");
+    ARG_CHECK(*this, t.dim() == 1 && t.is_contiguous(), name,
+              "expected a contiguous 1-D tensor, found shape %s strides %s", shape_of(t.sizes()).s,
+              shape_of(t.strides()).s);
+    ARG_CHECK(*this, t.numel() >= need, name, "expected at least %lld entries (%s), found %lld", (long long)need, why,
+              (long long)t.numel());
   }
 
-  // A contiguous int32/int64 table [rows >= min_rows, cols].
+  // A contiguous table [rows >= min_rows, cols] of `type`.
   void table(const at::Tensor& t, const char* name, at::ScalarType type, const char* type_name, int64_t cols,
              int64_t min_rows, const char* why) const {
-    dtype(t, name, {type}, type_name);
-    device(t, name);
-    MXL_CHECK(t.dim() == 2 && t.size(1) == cols && t.is_contiguous(),
-              "mxlogits[cpu] %s: %s: expected a contiguous [rows, %lld] tensor, found shape %s", op_, name,
-              (long long)cols, shape_of(t.sizes()).s);
-    MXL_CHECK(t.size(0) >= min_rows, "mxlogits[cpu] %s: %s: expected at least %lld rows (%s), found %lld", op_,
-              name, (long long)min_rows, why, (long long)t.size(0));
+    tensor(t, name, {type}, type_name);
+    ARG_CHECK(*this, t.dim() == 2 && t.size(1) == cols && t.is_contiguous(), name,
+              "expected a contiguous [rows, %lld] tensor, found shape %s", (long long)cols, shape_of(t.sizes()).s);
+    ARG_CHECK(*this, t.size(0) >= min_rows, name, "expected at least %lld rows (%s), found %lld", (long long)min_rows,
+              why, (long long)t.size(0));
   }
 
   void range(int64_t v, const char* name, int64_t lo, int64_t hi, const char* why) const {
-    MXL_CHECK(v >= lo && v <= hi, "mxlogits[cpu] %s: %s: expected a value in [%lld, %lld] (%s), found %lld", op_,
-              name, (long long)lo, (long long)hi, why, (long long)v);
+    ARG_CHECK(*this, v >= lo && v <= hi, name, "expected a value in [%lld, %lld] (%s), found %lld", (long long)lo,
+              (long long)hi, why, (long long)v);
   }
 
  private:
@@ -134,17 +135,13 @@ void check_shapes(const LogitsInputs& in) {
   const Checker c("pa_mqa_logits_mxfp4", in.q.device());
   const auto fp4 = {at::kByte, at::ScalarType::Float4_e2m1fn_x2};
   const auto e8m0 = {at::kByte, at::ScalarType::Float8_e8m0fnu};
-  c.dtype(in.q, "q", fp4, "uint8 or float4_e2m1fn_x2");
-  c.dtype(in.q_scale, "q_scale", e8m0, "uint8 or float8_e8m0fnu");
-  c.dtype(in.kv_cache, "kv_cache", fp4, "uint8 or float4_e2m1fn_x2");
-  c.dtype(in.kv_scale, "kv_scale", e8m0, "uint8 or float8_e8m0fnu");
-  c.dtype(in.block_tables, "block_tables", {at::kInt}, "int32");
-  c.dtype(in.weights, "weights", {at::kFloat, at::kBFloat16}, "float32 or bfloat16");
-  c.dtype(in.out, "out", {at::kFloat}, "float32");
-  for (const auto& [t, name] : {std::pair{&in.q_scale, "q_scale"}, {&in.kv_cache, "kv_cache"}, {&in.kv_scale, "kv_scale"},
-                                {&in.block_tables, "block_tables"}, {&in.weights, "weights"}, {&in.out, "out"}}) {
-    c.device(*t, name);
-  }
+  c.tensor(in.q, "q", fp4, "uint8 or float4_e2m1fn_x2");
+  c.tensor(in.q_scale, "q_scale", e8m0, "uint8 or float8_e8m0fnu");
+  c.tensor(in.kv_cache, "kv_cache", fp4, "uint8 or float4_e2m1fn_x2");
+  c.tensor(in.kv_scale, "kv_scale", e8m0, "uint8 or float8_e8m0fnu");
+  c.tensor(in.block_tables, "block_tables", {at::kInt}, "int32");
+  c.tensor(in.weights, "weights", {at::kFloat, at::kBFloat16}, "float32 or bfloat16");
+  c.tensor(in.out, "out", {at::kFloat}, "float32");
   c.range(in.num_rows, "num_rows", 0, kInt32Max, "rows of the plan");
   c.range(in.max_seq_len, "max_seq_len", 0, kInt32Max, "tokens");
 
@@ -156,30 +153,30 @@ void check_shapes(const LogitsInputs& in) {
   c.rows(in.q, "q", in.num_rows, "the plan's num_rows");
   c.rows(in.q_scale, "q_scale", in.num_rows, "the plan's num_rows");
   c.rows(in.weights, "weights", in.num_rows, "the plan's num_rows");
-  MXL_CHECK(in.kv_scale.size(0) == in.kv_cache.size(0),
-            "mxlogits[cpu] pa_mqa_logits_mxfp4: kv_scale: expected %lld pages (those of kv_cache), found %lld",
-            (long long)in.kv_cache.size(0), (long long)in.kv_scale.size(0));
+  ARG_CHECK(c, in.kv_scale.size(0) == in.kv_cache.size(0), "kv_scale",
+            "expected %lld pages (those of kv_cache), found %lld", (long long)in.kv_cache.size(0),
+            (long long)in.kv_scale.size(0));
   c.range(in.kv_cache.size(0), "kv_cache.shape[0]", 0, kInt32Max, "pages");
 
-  MXL_CHECK(in.block_tables.dim() == 2 && in.block_tables.stride(1) == 1 &&
-                (in.block_tables.stride(0) >= in.block_tables.size(1) || in.block_tables.size(0) <= 1),
-            "mxlogits[cpu] pa_mqa_logits_mxfp4: block_tables: expected a 2-D tensor [batch, width] with contiguous rows, "
-            "found shape %s strides %s", shape_of(in.block_tables.sizes()).s, shape_of(in.block_tables.strides()).s);
+  const at::Tensor& bt = in.block_tables;
+  ARG_CHECK(c, bt.dim() == 2 && bt.stride(1) == 1 && (bt.stride(0) >= bt.size(1) || bt.size(0) <= 1), "block_tables",
+            "expected a 2-D tensor [batch, width] with contiguous rows, found shape %s strides %s",
+            shape_of(bt.sizes()).s, shape_of(bt.strides()).s);
   const int64_t width = sched::block_table_width(in.max_seq_len, T::BLOCK_K);
-  MXL_CHECK(in.block_tables.size(1) >= width,
-            "mxlogits[cpu] pa_mqa_logits_mxfp4: block_tables: expected at least %lld columns "
-            "(block_table_width(max_seq_len=%lld) at block_k %d: a CTA reads every page of its last chunk), found %lld",
-            (long long)width, (long long)in.max_seq_len, T::BLOCK_K, (long long)in.block_tables.size(1));
-  c.range(in.block_tables.size(0), "block_tables.shape[0]", 0, kInt32Max, "sequences");
-  c.range(in.block_tables.stride(0), "block_tables.stride(0)", 0, kInt32Max, "elements");
+  ARG_CHECK(c, bt.size(1) >= width, "block_tables",
+            "expected at least %lld columns (block_table_width(max_seq_len=%lld) at block_k %d: a CTA reads every "
+            "page of its last chunk), found %lld", (long long)width, (long long)in.max_seq_len, T::BLOCK_K,
+            (long long)bt.size(1));
+  c.range(bt.size(0), "block_tables.shape[0]", 0, kInt32Max, "sequences");
+  c.range(bt.stride(0), "block_tables.stride(0)", 0, kInt32Max, "elements");
 
-  MXL_CHECK(in.out.dim() == 2 && in.out.stride(1) == 1 && (in.out.stride(0) >= in.out.size(1) || in.out.size(0) <= 1),
-            "mxlogits[cpu] pa_mqa_logits_mxfp4: out: expected a 2-D tensor with a contiguous last dim and "
-            "non-overlapping rows, found shape %s strides %s", shape_of(in.out.sizes()).s, shape_of(in.out.strides()).s);
-  c.rows(in.out, "out", in.num_rows, "the plan's num_rows");
-  MXL_CHECK(in.out.size(1) >= in.max_seq_len,
-            "mxlogits[cpu] pa_mqa_logits_mxfp4: out: expected at least max_seq_len=%lld columns, found %lld",
-            (long long)in.max_seq_len, (long long)in.out.size(1));
+  const at::Tensor& out = in.out;
+  ARG_CHECK(c, out.dim() == 2 && out.stride(1) == 1 && (out.stride(0) >= out.size(1) || out.size(0) <= 1), "out",
+            "expected a 2-D tensor with a contiguous last dim and non-overlapping rows, found shape %s strides %s",
+            shape_of(out.sizes()).s, shape_of(out.strides()).s);
+  c.rows(out, "out", in.num_rows, "the plan's num_rows");
+  ARG_CHECK(c, out.size(1) >= in.max_seq_len, "out", "expected at least max_seq_len=%lld columns, found %lld",
+            (long long)in.max_seq_len, (long long)out.size(1));
 
   c.vector(in.local_ends, "local_ends", in.num_rows, "one per row of the plan");
   if (in.local_starts) c.vector(*in.local_starts, "local_starts", in.num_rows, "one per row of the plan");
@@ -248,8 +245,9 @@ void run_schedule(const ScheduleInputs& in) {
             "without row_to_batch, row r reads block_tables row r, so batch >= total_q");
   }
   if constexpr (T::Q_PER_BLOCK > 1) {
-    MXL_CHECK(in.cu_seq_q.has_value(), "mxlogits[cpu] build_schedule: cu_seq_q: expected an int32 tensor "
-              "[batch + 1] (q_per_block %d cuts tiles by sequence), found None", T::Q_PER_BLOCK);
+    ARG_CHECK(c, in.cu_seq_q.has_value(), "cu_seq_q",
+              "expected an int32 tensor [batch + 1] (q_per_block %d cuts tiles by sequence), found None",
+              T::Q_PER_BLOCK);
     c.vector(*in.cu_seq_q, "cu_seq_q", in.batch + 1, "batch + 1");
   }
   const int64_t tiles = sched::max_tiles(in.num_rows, in.batch, T::Q_PER_BLOCK);
@@ -257,12 +255,12 @@ void run_schedule(const ScheduleInputs& in) {
   const int64_t num_ctas = in.cta_ranges.size(0);
   c.table(in.cta_info, "cta_info", at::kInt, "int32", kRecordInts, sched::num_records(tiles, num_ctas),
           "max_tiles + num_ctas");
-  MXL_CHECK(in.scratch.scalar_type() == at::kLong && in.scratch.dim() == 1 && in.scratch.is_contiguous() &&
-                in.scratch.numel() >= sched::scratch_len(in.num_rows, in.batch, T::Q_PER_BLOCK),
-            "mxlogits[cpu] build_schedule: scratch: expected a contiguous int64 vector of at least %lld entries, "
-            "found %s shape %s", (long long)sched::scratch_len(in.num_rows, in.batch, T::Q_PER_BLOCK),
-            c10::toString(in.scratch.scalar_type()), shape_of(in.scratch.sizes()).s);
-  c.device(in.scratch, "scratch");
+  const int64_t scratch_len = sched::scratch_len(in.num_rows, in.batch, T::Q_PER_BLOCK);
+  const at::Tensor& scratch = in.scratch;
+  c.tensor(scratch, "scratch", {at::kLong}, "int64");
+  ARG_CHECK(c, scratch.dim() == 1 && scratch.is_contiguous() && scratch.numel() >= scratch_len, "scratch",
+            "expected a contiguous vector of at least %lld entries, found shape %s", (long long)scratch_len,
+            shape_of(scratch.sizes()).s);
   c.range(in.cta_info.size(0), "cta_info.shape[0]", 0, kInt32Max, "records");
   c.range(num_ctas, "cta_ranges.shape[0]", 1, kInt32Max, "CTAs");
 
@@ -319,7 +317,8 @@ void build_schedule(const std::optional<at::Tensor>& cu_seq_q, const at::Tensor&
                     const std::optional<at::Tensor>& local_starts, const std::optional<at::Tensor>& row_to_batch,
                     const at::Tensor& cta_info, const at::Tensor& cta_ranges, const at::Tensor& scratch,
                     int64_t num_rows, int64_t batch, int64_t q_per_block, int64_t block_k) {
-  const ScheduleInputs in{cu_seq_q, local_ends, local_starts, row_to_batch, cta_info, cta_ranges, scratch, num_rows, batch};
+  const ScheduleInputs in{cu_seq_q,   local_ends, local_starts, row_to_batch, cta_info,
+                          cta_ranges, scratch,    num_rows,     batch};
   dispatch(q_per_block, block_k, [&](auto traits) { run_schedule<decltype(traits)>(in); });
 }
 
