@@ -56,12 +56,7 @@ def run_case(title: str, scene: Scene, variant, device: torch.device, repeats: i
 
     def launch():
         pa_mqa_logits_mxfp4(
-            scene.q,
-            scene.q_scale,
-            scene.kv_cache,
-            scene.kv_scale,
-            scene.block_tables,
-            scene.weights,
+            *scene.inputs(),
             p,
             scene.max_seq_len,
             out=out,
@@ -69,12 +64,7 @@ def run_case(title: str, scene: Scene, variant, device: torch.device, repeats: i
 
     seconds = _timed(launch, device, repeats)
     ref = reference_logits(
-        scene.q,
-        scene.q_scale,
-        scene.kv_cache,
-        scene.kv_scale,
-        scene.block_tables,
-        scene.weights,
+        *scene.inputs(),
         scene.local_ends,
         scene.max_seq_len,
         local_starts=scene.local_starts,

@@ -38,6 +38,12 @@ class Scene:
     def batch(self) -> int:
         return self.block_tables.shape[0]
 
+    def inputs(self, weights: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+        """(q, q_scale, kv_cache, kv_scale, block_tables, weights): the leading arguments of the op
+        and of reference_logits."""
+        w = self.weights if weights is None else weights
+        return self.q, self.q_scale, self.kv_cache, self.kv_scale, self.block_tables, w
+
 
 def make_scene(
     contexts: list[int],

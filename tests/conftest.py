@@ -35,12 +35,7 @@ def make_plan(case: Scene, variant, *, num_ctas=None, row_to_batch=True, starts=
 def run_op(case: Scene, variant, *, out=None, weight_scale=1.0, plan=None, weights=None, **plan_kwargs) -> torch.Tensor:
     plan = plan or make_plan(case, variant, **plan_kwargs)
     return mx.pa_mqa_logits_mxfp4(
-        case.q,
-        case.q_scale,
-        case.kv_cache,
-        case.kv_scale,
-        case.block_tables,
-        case.weights if weights is None else weights,
+        *case.inputs(weights),
         plan,
         case.max_seq_len,
         weight_scale=weight_scale,
@@ -50,12 +45,7 @@ def run_op(case: Scene, variant, *, out=None, weight_scale=1.0, plan=None, weigh
 
 def reference(case: Scene, *, weight_scale=1.0, starts=True, weights=None) -> torch.Tensor:
     return mx.reference_logits(
-        case.q,
-        case.q_scale,
-        case.kv_cache,
-        case.kv_scale,
-        case.block_tables,
-        case.weights if weights is None else weights,
+        *case.inputs(weights),
         case.local_ends,
         case.max_seq_len,
         local_starts=case.local_starts if starts else None,

@@ -17,14 +17,13 @@ def decode_case(rows: int = 10):
     return make_case([200 + 13 * i for i in range(rows)], [(i, 0, 200 + 13 * i) for i in range(rows)])
 
 
+def named_inputs(case) -> dict:
+    return dict(zip(("q", "q_scale", "kv_cache", "kv_scale", "block_tables", "weights"), case.inputs()))
+
+
 def raw_args(case, p, variant, out, **override):
     args = dict(
-        q=case.q,
-        q_scale=case.q_scale,
-        kv_cache=case.kv_cache,
-        kv_scale=case.kv_scale,
-        block_tables=case.block_tables,
-        weights=case.weights,
+        **named_inputs(case),
         cta_info=p.buffers.cta_info,
         cta_ranges=p.buffers.cta_ranges,
         local_ends=p.local_ends,
@@ -192,15 +191,7 @@ def test_argument_errors_name_argument_expected_and_found():
     }
     out = torch.full((3, case.max_seq_len), float("-inf"))
     for name, (value, message) in bad.items():
-        args = dict(
-            q=case.q,
-            q_scale=case.q_scale,
-            kv_cache=case.kv_cache,
-            kv_scale=case.kv_scale,
-            block_tables=case.block_tables,
-            weights=case.weights,
-        )
-        args[name] = value
+        args = named_inputs(case) | {name: value}
         with pytest.raises(RuntimeError, match=message):
             mx.pa_mqa_logits_mxfp4(**args, plan=p, max_seq_len=case.max_seq_len, out=out)
     assert torch.isneginf(out).all()
@@ -246,12 +237,7 @@ def test_devices_must_match():
     p = make_plan(case, v)
     with pytest.raises(ValueError, match=r"weights: expected a tensor on cpu \(that of q\), found meta"):
         mx.pa_mqa_logits_mxfp4(
-            case.q,
-            case.q_scale,
-            case.kv_cache,
-            case.kv_scale,
-            case.block_tables,
-            case.weights.to("meta"),
+            *case.inputs(case.weights.to("meta")),
             p,
             case.max_seq_len,
         )
@@ -298,23 +284,13 @@ def test_plans_and_buffers_of_another_arch_are_refused():
     foreign = dataclasses.replace(p.buffers, variant=dataclasses.replace(p.variant, arch="sm90"))
     with pytest.raises(ValueError, match=r"plan: built for arch sm90, but cpu runs cpu"):
         mx.pa_mqa_logits_mxfp4(
-            case.q,
-            case.q_scale,
-            case.kv_cache,
-            case.kv_scale,
-            case.block_tables,
-            case.weights,
+            *case.inputs(),
             dataclasses.replace(p, buffers=foreign),
             case.max_seq_len,
         )
     with pytest.raises(TypeError, match=r"plan: expected an MqaLogitsPlan"):
         mx.pa_mqa_logits_mxfp4(
-            case.q,
-            case.q_scale,
-            case.kv_cache,
-            case.kv_scale,
-            case.block_tables,
-            case.weights,
+            *case.inputs(),
             p.buffers,
             case.max_seq_len,
         )

@@ -193,12 +193,7 @@ def test_opcheck(variant):
     p = make_plan(case, variant)
     out = torch.full((case.total_q, case.max_seq_len), float("-inf"))
     args = (
-        case.q,
-        case.q_scale,
-        case.kv_cache,
-        case.kv_scale,
-        case.block_tables,
-        case.weights,
+        *case.inputs(),
         p.buffers.cta_info,
         p.buffers.cta_ranges,
         p.local_ends,
