@@ -12,7 +12,7 @@ import difflib
 import sys
 from pathlib import Path
 
-from .render import render_all
+from .render import RenderError, render_all
 from .table import TableError, load_table
 
 
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or root / "generated"
     try:
         want = render_all(load_table(yaml_path, templates), templates)
-    except TableError as e:
+    except (TableError, RenderError) as e:
         print(f"mxlogits-gen: {e}", file=sys.stderr)
         return 2
 

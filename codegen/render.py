@@ -13,6 +13,10 @@ import jinja2
 from .table import Arch, InstanceTable
 
 
+class RenderError(ValueError):
+    """A template that does not render: undefined name, syntax error, bad value."""
+
+
 @dataclass(frozen=True)
 class Family:
     """How one compiler family builds and registers an arch; arches differ only in their record."""
@@ -59,7 +63,11 @@ def render_all(table: InstanceTable, templates: Path) -> dict[str, str]:
     def emit(path: str, template: str, **ctx) -> None:
         if path in files:
             raise ValueError(f"two artefacts render to generated/{path}")
-        body = env.get_template(template).render(table=table.table, **ctx)
+        try:
+            body = env.get_template(template).render(table=table.table, **ctx)
+        except jinja2.TemplateError as e:
+            where = f"templates/{template}" + (f":{e.lineno}" if getattr(e, "lineno", None) else "")
+            raise RenderError(f"{where} (rendering generated/{path}): {type(e).__name__}: {e}") from e
         files[path] = _header(template, "//") + body
 
     emit("common/abi.h", "common/abi.h.j2")
