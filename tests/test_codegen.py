@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 from pathlib import Path
 
@@ -183,7 +185,7 @@ def test_validation_error_names_file_line_key_expected_found(tmp_path, case):
         load(tmp_path, text)
     message = str(err.value)
     assert message.startswith(f"{tmp_path / 'instances.yaml'}:{line_of(text, marker)}: "), message
-    assert __import__("re").search(pattern, message), message
+    assert re.search(pattern, message), message
 
 
 def test_good_table_and_invalid_yaml(tmp_path):
@@ -294,3 +296,23 @@ def test_cli_reports_table_errors(tmp_path, capsys):
     (root / "instances.yaml").write_text(GOOD.replace("q_per_block: 1,", "q_per_block: 0,"))
     assert gen_main(["--root", str(root), "--check"]) == 2
     assert "instances[0].q_per_block: expected an integer >= 1, found 0" in capsys.readouterr().err
+
+
+def _fields(header: str, struct: str) -> list[str]:
+    body = re.search(rf"struct {struct} {{(.*?)\n}};", header, flags=re.S).group(1)
+    return re.findall(r"^\s+[\w:<>\* ]+?[\s\*](\w+);", body, flags=re.M)
+
+
+def test_every_abi_field_is_read():
+    """Kernel arguments and CTA records carry no field the arch bodies ignore; the schedule
+    arguments none the builder ignores."""
+    generated = ROOT / "generated"
+    abi = (generated / "common" / "abi.h").read_text()
+    sched = (generated / "common" / "sched.h").read_text()
+    assert len(_fields(abi, "KernelArgs")) == 24 and len(_fields(abi, "CtaRecord")) == 7
+    for arch in json.loads((generated / "manifest.json").read_text())["arches"]:
+        body = (generated / arch / "body.h").read_text()
+        for field in _fields(abi, "KernelArgs") + _fields(abi, "CtaRecord"):
+            assert re.search(rf"\.{field}\b", body), f"{arch} body never reads {field}"
+    for field in _fields(abi, "SchedArgs"):
+        assert re.search(rf"\.{field}\b", sched), f"the schedule builder never reads {field}"
