@@ -7,8 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .arch import arch_of
-from .manifest import manifest, variants
+from .manifest import manifest
 from .mxfp4 import quantize_mxfp4
 from .paged_cache import fused_kv_cache, write_paged_kv
 from .plan import block_table_width
@@ -59,7 +58,7 @@ def make_scene(
     enough for every variant of the device's arch."""
     g = torch.Generator().manual_seed(seed)
     max_seq_len = max([*contexts, 1]) if max_seq_len is None else max_seq_len
-    width = max(block_table_width(max_seq_len, v) for v in variants(arch_of(device)))
+    width = block_table_width(max_seq_len, device=device)  # the widest variant of the device's arch
     kv_cache, kv_scale, block_tables = _paged_keys(contexts, device, g, width=width)
     q, q_scale, weights = _queries(len(rows), device, g)
     counts = [sum(1 for s, _, _ in rows if s == b) for b in range(len(contexts))]
