@@ -58,12 +58,12 @@ def main(argv: list[str] | None = None) -> int:
         info(device)
         return 0
     try:
-        arch_of(device)
+        arch = arch_of(device)
     except RuntimeError as e:
         print(f"{e}\n(pass --device cpu to run on the host)", file=sys.stderr)
         return 2
     if args.command == "build":
-        print(built_library(arch_of(device)))
+        print(built_library(arch))
         return 0
     from .demo import demo
 

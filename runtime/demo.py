@@ -36,10 +36,8 @@ def _timed(fn, device: torch.device, repeats: int) -> float:
 
 
 def run_case(title: str, scene: Scene, variant, device: torch.device, repeats: int = 5) -> dict:
-    total_q, batch = scene.total_q, scene.batch
-    buffers = plan_buffers(device, total_q, batch, variant)
+    buffers = plan_buffers(device, scene.total_q, scene.batch, variant)
     v = buffers.variant
-    row_to_batch = scene.row_to_batch
 
     def make_plan():
         return plan(
@@ -47,12 +45,12 @@ def run_case(title: str, scene: Scene, variant, device: torch.device, repeats: i
             scene.local_ends,
             buffers=buffers,
             local_starts=scene.local_starts,
-            row_to_batch=row_to_batch,
+            row_to_batch=scene.row_to_batch,
         )
 
     plan_seconds = _timed(make_plan, device, repeats)
     p = make_plan()
-    out = torch.full((total_q, scene.max_seq_len), float("-inf"), device=device)
+    out = torch.full((scene.total_q, scene.max_seq_len), float("-inf"), device=device)
 
     def launch():
         pa_mqa_logits_mxfp4(
@@ -68,7 +66,7 @@ def run_case(title: str, scene: Scene, variant, device: torch.device, repeats: i
         scene.local_ends,
         scene.max_seq_len,
         local_starts=scene.local_starts,
-        row_to_batch=row_to_batch,
+        row_to_batch=scene.row_to_batch,
     )
     inside = torch.isfinite(ref)
     atol, rtol = tolerance(v)
@@ -88,8 +86,8 @@ def run_case(title: str, scene: Scene, variant, device: torch.device, repeats: i
     return {
         "title": title,
         "variant": v,
-        "rows": total_q,
-        "seqs": batch,
+        "rows": scene.total_q,
+        "seqs": scene.batch,
         "cells": cells,
         "seconds": seconds,
         "plan_seconds": plan_seconds,
