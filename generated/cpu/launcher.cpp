@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <initializer_list>
 #include <limits>
+#include <optional>
 
 #include "common/check.h"
 #include "common/sched.h"
@@ -103,6 +104,20 @@ class Checker {
               why, (long long)t.size(0));
   }
 
+  // The schedule of a plan: cta_ranges [num_ctas >= 1, 2] and cta_info [records, kRecordInts],
+  // both int32 and indexable in int32; with `tiles`, records >= tiles + num_ctas (what the builder writes).
+  void schedule(const at::Tensor& cta_info, const at::Tensor& cta_ranges, std::optional<int64_t> tiles) const {
+    table(cta_ranges, "cta_ranges", at::kInt, "int32", 2, 1, "one per CTA of the grid");
+    range(cta_ranges.size(0), "cta_ranges.shape[0]", 1, kInt32Max, "CTAs");
+    if (tiles) {
+      table(cta_info, "cta_info", at::kInt, "int32", kRecordInts, sched::num_records(*tiles, cta_ranges.size(0)),
+            "max_tiles + num_ctas");
+    } else {
+      table(cta_info, "cta_info", at::kInt, "int32", kRecordInts, 0, "schedule records");
+    }
+    range(cta_info.size(0), "cta_info.shape[0]", 0, kInt32Max, "records");
+  }
+
   void range(int64_t v, const char* name, int64_t lo, int64_t hi, const char* why) const {
     ARG_CHECK(*this, v >= lo && v <= hi, name, "expected a value in [%lld, %lld] (%s), found %lld", (long long)lo,
               (long long)hi, why, (long long)v);
@@ -180,10 +195,7 @@ void check_shapes(const LogitsInputs& in) {
 
   c.vector(in.local_ends, "local_ends", in.num_rows, "one per row of the plan");
   if (in.local_starts) c.vector(*in.local_starts, "local_starts", in.num_rows, "one per row of the plan");
-  c.table(in.cta_ranges, "cta_ranges", at::kInt, "int32", 2, 1, "one per CTA of the grid");
-  c.table(in.cta_info, "cta_info", at::kInt, "int32", kRecordInts, 0, "schedule records");
-  c.range(in.cta_ranges.size(0), "cta_ranges.shape[0]", 1, kInt32Max, "CTAs");
-  c.range(in.cta_info.size(0), "cta_info.shape[0]", 0, kInt32Max, "records");
+  c.schedule(in.cta_info, in.cta_ranges, std::nullopt);
 }
 
 template <class T>
@@ -251,18 +263,13 @@ void run_schedule(const ScheduleInputs& in) {
     c.vector(*in.cu_seq_q, "cu_seq_q", in.batch + 1, "batch + 1");
   }
   const int64_t tiles = sched::max_tiles(in.num_rows, in.batch, T::Q_PER_BLOCK);
-  c.table(in.cta_ranges, "cta_ranges", at::kInt, "int32", 2, 1, "one per CTA of the grid");
-  const int64_t num_ctas = in.cta_ranges.size(0);
-  c.table(in.cta_info, "cta_info", at::kInt, "int32", kRecordInts, sched::num_records(tiles, num_ctas),
-          "max_tiles + num_ctas");
+  c.schedule(in.cta_info, in.cta_ranges, tiles);
   const int64_t scratch_len = sched::scratch_len(in.num_rows, in.batch, T::Q_PER_BLOCK);
   const at::Tensor& scratch = in.scratch;
   c.tensor(scratch, "scratch", {at::kLong}, "int64");
   ARG_CHECK(c, scratch.dim() == 1 && scratch.is_contiguous() && scratch.numel() >= scratch_len, "scratch",
             "expected a contiguous vector of at least %lld entries, found shape %s", (long long)scratch_len,
             shape_of(scratch.sizes()).s);
-  c.range(in.cta_info.size(0), "cta_info.shape[0]", 0, kInt32Max, "records");
-  c.range(num_ctas, "cta_ranges.shape[0]", 1, kInt32Max, "CTAs");
 
   const c10::DeviceGuard guard(in.local_ends.device());
   SchedArgs a{};
@@ -276,7 +283,7 @@ void run_schedule(const ScheduleInputs& in) {
   a.num_rows = int32_t(in.num_rows);
   a.batch = int32_t(in.batch);
   a.max_tiles = int32_t(tiles);
-  a.num_ctas = int32_t(num_ctas);
+  a.num_ctas = int32_t(in.cta_ranges.size(0));
   a.num_records = int32_t(in.cta_info.size(0));
   launch_schedule<T>(a);
 }
