@@ -3,6 +3,7 @@
 mxlogits-gen            write what changed, delete what no instance produces any more
 mxlogits-gen --check    exit 1 with a diff if generated/ is stale (CI)
 mxlogits-gen --list     print the files it would write
+mxlogits-gen --ptxas    compile generated/'s cuda instance TUs, report registers/smem/spills (CI)
 """
 
 from __future__ import annotations
@@ -80,9 +81,19 @@ def main(argv: list[str] | None = None) -> int:
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true", help="exit 1 with a diff if the output is stale")
     mode.add_argument("--list", action="store_true", help="print the files it would write, write nothing")
+    mode.add_argument(
+        "--ptxas",
+        action="store_true",
+        help="compile the output tree's cuda instance TUs with nvcc and report ptxas resources per kernel; "
+        "exit 1 on a spill or stack frame, 2 on a compile error",
+    )
     argv = sys.argv[1:] if argv is None else argv
     args = ap.parse_args(argv)
 
+    if args.ptxas:  # reads the rendered tree as it is; --check is what verifies it is current
+        from .ptxas import report
+
+        return report(args.out or (args.root or _find_root(Path.cwd())) / "generated")
     root = args.root or _find_root(Path.cwd())
     yaml_path = args.yaml or root / "instances.yaml"
     templates = args.templates or root / "templates"

@@ -21,19 +21,23 @@ class RenderError(ValueError):
 class Family:
     """How one compiler family builds and registers an arch; arches differ only in their record."""
 
+    name: str  # host | cuda | hip
     dispatch_key: str  # torch dispatch key of the tensors the arch runs on
     body_suffix: str  # source suffix of a TU holding device code
     guard: str  # preprocessor test true only on the compilation pass of `target`
+    gpu: bool  # device code in kernels, launched on a stream
 
 
 def family(arch: Arch) -> Family:
-    host_pass = "!defined(__CUDA_ARCH__) && !defined(__HIP_DEVICE_COMPILE__)"
     if arch.family == "host":
-        return Family("CPU", "cpp", host_pass)
+        return Family("host", "CPU", "cpp", "!defined(__CUDA_ARCH__) && !defined(__HIP_DEVICE_COMPILE__)", False)
     if arch.family == "cuda":
-        sm = int(re.fullmatch(r"sm_(\d+)a?", arch.target).group(1))
-        return Family("CUDA", "cu", f"defined(__CUDA_ARCH__) && __CUDA_ARCH__ == {sm * 10}")
-    return Family("CUDA", "hip", f"defined(__{arch.target}__)")
+        sm, a = re.fullmatch(r"sm_(\d+)(a?)", arch.target).groups()
+        # An "a" target (sm_90a) unlocks instructions of that exact chip (wgmma, setmaxnreg): its
+        # body must not be compiled on a plain sm_90 pass, which nvcc tells apart by this macro.
+        feature = f" && defined(__CUDA_ARCH_FEAT_SM{sm}_ALL)" if a else ""
+        return Family("cuda", "CUDA", "cu", f"defined(__CUDA_ARCH__) && __CUDA_ARCH__ == {int(sm) * 10}{feature}", True)
+    return Family("hip", "CUDA", "hip", f"defined(__HIP_DEVICE_COMPILE__) && defined(__{arch.target}__)", True)
 
 
 def _environment(templates: Path) -> jinja2.Environment:
@@ -73,21 +77,24 @@ def render_all(table: InstanceTable, templates: Path) -> dict[str, str]:
     emit("common/abi.h", "common/abi.h.j2")
     emit("common/sched.h", "common/sched.h.j2")
     emit("common/check.h", "common/check.h.j2")
+    emit("common/launch.h", "common/launch.h.j2")
+    emit("common/sched_device.h", "common/sched_device.h.j2")
     arch_files: dict[str, list[str]] = {}
     for arch in sorted(table.arches, key=lambda a: a.name):
         fam = family(arch)
         insts = sorted(table.instances_of(arch.name), key=lambda i: (i.q_per_block, i.block_k))
         ctx = dict(arch=arch, family=fam, instances=insts, budgets=dict(arch.budgets))
         d = arch.name
-        emit(f"{d}/traits.h", f"arch/{d}/traits.h.j2", **ctx)
-        emit(f"{d}/body.h", f"arch/{d}/body.h.j2", **ctx)
+        for part in sorted((Path(templates) / "arch" / d).glob("*.j2")):
+            emit(f"{d}/{part.name[:-3]}", f"arch/{d}/{part.name}", **ctx)
         emit(f"{d}/entry.h", "launcher/entry.h.j2", **ctx)
         emit(f"{d}/launcher.h", "launcher/launcher.h.j2", **ctx)
         emit(f"{d}/launcher.cpp", "launcher/launcher.cpp.j2", **ctx)
         emit(f"{d}/bindings.cpp", "bindings/bindings.cpp.j2", **ctx)
         for inst in insts:
             emit(f"{d}/instance_{inst.name}.{fam.body_suffix}", "launcher/instance.j2", instance=inst, **ctx)
-        arch_files[d] = sorted(p for p in files if p.startswith((f"{d}/", "common/")))
+        shared = [p for p in files if p.startswith("common/") and (fam.gpu or p != "common/sched_device.h")]
+        arch_files[d] = sorted([p for p in files if p.startswith(f"{d}/")] + shared)
     files["manifest.json"] = _manifest(table, files, arch_files)
     return files
 
@@ -103,6 +110,8 @@ def _manifest(table: InstanceTable, files: dict[str, str], arch_files: dict[str,
             "target": arch.target,
             "flags": list(arch.flags),
             "scale_layout": arch.scale_layout,
+            "budgets": dict(arch.budgets),
+            "tunables": [t.name for t in arch.tunables],
             "dispatch_key": fam.dispatch_key,
             "op_namespace": f"mxlogits_{arch.name}",
             "sources": sorted(p for p in paths if not p.endswith(".h")),
@@ -113,6 +122,7 @@ def _manifest(table: InstanceTable, files: dict[str, str], arch_files: dict[str,
     for i in sorted(table.instances, key=lambda i: (i.arch, i.name)):
         rec = asdict(i)
         del rec["line"]
+        rec["tunables"] = dict(i.tunables)
         instances.append(rec)
     doc = {
         "_generated": "by mxlogits-gen from instances.yaml and templates/. Do not edit.",

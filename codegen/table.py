@@ -43,6 +43,17 @@ class Table:
 
 
 @dataclass(frozen=True)
+class Tunable:
+    """An instance key an arch declares (pipeline stages, warpgroups, ...): an integer in
+    [minimum, maximum] that flows into the instance's traits as `static constexpr int <name>`."""
+
+    name: str
+    default: int
+    minimum: int
+    maximum: int
+
+
+@dataclass(frozen=True)
 class Arch:
     name: str
     family: str
@@ -50,6 +61,7 @@ class Arch:
     flags: tuple[str, ...]
     scale_layout: str
     budgets: tuple[tuple[str, int], ...]
+    tunables: tuple[Tunable, ...]
     line: int = field(compare=False)
 
 
@@ -63,6 +75,7 @@ class Instance:
     default: bool
     atol: float
     rtol: float
+    tunables: tuple[tuple[str, int], ...]  # (name, value) of every tunable its arch declares
     line: int = field(compare=False)
 
 
@@ -168,7 +181,7 @@ def _table(r: _Reader, node: yaml.Node) -> Table:
 def _arch(r: _Reader, node: yaml.Node, i: int, templates: Path) -> Arch:
     key = f"arches[{i}]"
     keys = ("name", "family", "target", "flags", "scale_layout", "budgets")
-    m = r.mapping(node, key, keys, keys)
+    m = r.mapping(node, key, keys + ("tunables",), keys)
     name = r.identifier(m["name"], f"{key}.name")
     for part in ("traits.h.j2", "body.h.j2"):
         if not (templates / "arch" / name / part).is_file():
@@ -197,15 +210,52 @@ def _arch(r: _Reader, node: yaml.Node, i: int, templates: Path) -> Arch:
         flags=tuple(flags),
         scale_layout=r.string(m["scale_layout"], f"{key}.scale_layout", f"one of {list(SCALE_LAYOUTS)}", SCALE_LAYOUTS),
         budgets=tuple(sorted(budgets)),
+        tunables=_tunables(r, m["tunables"], f"{key}.tunables") if "tunables" in m else (),
         line=node.start_mark.line + 1,
     )
+
+
+_RESERVED_KEYS = ("arch", "name", "q_per_block", "block_k", "cta_resident", "default", "atol", "rtol")
+
+
+def _tunables(r: _Reader, node: yaml.Node, key: str) -> tuple[Tunable, ...]:
+    """`tunables: {stages: {default: 4, min: 1, max: 16}, ...}`: integer instance keys of this arch."""
+    if not isinstance(node, yaml.MappingNode):
+        raise r.error(node, key, "a mapping of name: {default, min, max}", r._describe(node))
+    out = []
+    for knode, vnode in node.value:
+        name = r.identifier(knode, key)
+        if name in _RESERVED_KEYS or name in (t.name for t in out):
+            raise r.error(knode, f"{key}.{name}", "a name that is not an instance column nor declared twice", repr(name))
+        m = r.mapping(vnode, f"{key}.{name}", ("default", "min", "max"), ("default", "min", "max"))
+        lo = r.integer(m["min"], f"{key}.{name}.min", "an integer", lambda v: True)
+        hi = r.integer(m["max"], f"{key}.{name}.max", f"an integer >= min ({lo})", lambda v: v >= lo)
+        default = r.integer(m["default"], f"{key}.{name}.default", f"an integer in [{lo}, {hi}]", lambda v: lo <= v <= hi)
+        out.append(Tunable(name, default, lo, hi))
+    return tuple(out)
 
 
 def _instance(r: _Reader, node: yaml.Node, i: int, table: Table, arches: dict[str, Arch]) -> Instance:
     key = f"instances[{i}]"
     required = ("arch", "name", "q_per_block", "block_k", "cta_resident")
-    m = r.mapping(node, key, required + ("default", "atol", "rtol"), required)
-    arch = r.string(m["arch"], f"{key}.arch", f"one of the arches {sorted(arches)}", arches)
+    if not isinstance(node, yaml.MappingNode):
+        raise r.error(node, key, "a mapping", r._describe(node))
+    arch_node = next((v for k, v in node.value if r.value(k) == "arch"), None)
+    if arch_node is None:
+        raise r.error(node, f"{key}.arch", "this key", "it missing")
+    arch = r.string(arch_node, f"{key}.arch", f"one of the arches {sorted(arches)}", arches)
+    declared = arches[arch].tunables
+    m = r.mapping(node, key, required + ("default", "atol", "rtol") + tuple(t.name for t in declared), required)
+    tunables = tuple(
+        (
+            t.name,
+            r.integer(m[t.name], f"{key}.{t.name}", f"an integer in [{t.minimum}, {t.maximum}]",
+                      lambda v, t=t: t.minimum <= v <= t.maximum)
+            if t.name in m
+            else t.default,
+        )
+        for t in declared
+    )
     page = table.page_size
     return Instance(
         arch=arch,
@@ -221,6 +271,7 @@ def _instance(r: _Reader, node: yaml.Node, i: int, table: Table, arches: dict[st
         default=r.boolean(m["default"], f"{key}.default") if "default" in m else False,
         atol=r.number(m["atol"], f"{key}.atol") if "atol" in m else DEFAULT_ATOL,
         rtol=r.number(m["rtol"], f"{key}.rtol") if "rtol" in m else DEFAULT_RTOL,
+        tunables=tunables,
         line=node.start_mark.line + 1,
     )
 

@@ -1,4 +1,4 @@
-"""python -m mxlogits {demo,info,build} [--device DEV]"""
+"""python -m mxlogits {demo,info,build,bench} [--device DEV] (bench: see python -m mxlogits bench --help)"""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import sys
 import torch
 
 from .arch import arch_of
+from .bench import add_arguments as bench_arguments
+from .bench import run as run_bench
 from .build import JIT_ENV, built_library, cache_dir, cached_library, jit_enabled, module_name
 from .manifest import default_variant, manifest, tolerance, variants
 
@@ -45,13 +47,17 @@ def info(device: torch.device) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mxlogits")
-    ap.add_argument(
-        "command",
-        choices=("demo", "info", "build"),
-        help="demo: run the op on this device against the reference; info: device, arch, variants, "
-        "build cache; build: build this device's module ahead of time",
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--device", help="torch device (default: cuda if present, else cpu)")
+    commands = ap.add_subparsers(dest="command", required=True, metavar="{demo,info,build,bench}")
+    commands.add_parser("demo", parents=[common], help="run the op on this device against the reference")
+    commands.add_parser("info", parents=[common], help="device, arch, variants, build cache")
+    commands.add_parser("build", parents=[common], help="build this device's module ahead of time")
+    bench_arguments(
+        commands.add_parser(
+            "bench", parents=[common], help="PERF.md's tables on this device: µs, TFLOP/s, TB/s, %% of roofline"
+        )
     )
-    ap.add_argument("--device", help="torch device (default: cuda if present, else cpu)")
     args = ap.parse_args(argv)
     device = _device(args.device)
     if args.command == "info":
@@ -65,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "build":
         print(built_library(arch))
         return 0
+    if args.command == "bench":
+        return run_bench(args, device)
     from .demo import demo
 
     return 0 if demo(device) else 1

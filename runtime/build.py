@@ -1,18 +1,23 @@
 """Build the generated module of an arch with ninja, once per content, and load it.
 
 The build directory is keyed by the generated sources' hash, the torch version, the flags,
-the compiler and (for host arches built with -march=native) the host CPU; a file lock makes
-concurrent first uses build once. MXLOGITS_CACHE_DIR moves the cache; MXLOGITS_JIT=0 turns
-building off, so a missing module is an error instead of a compile on the serving path.
+the host compiler, the device compiler's version and (for host arches built with
+-march=native) the host CPU; a file lock makes concurrent first uses build once, and a build
+happens in a temporary directory renamed into place, so a killed build never leaves a half
+module. MXLOGITS_CACHE_DIR moves the cache; MXLOGITS_JIT=0 turns building off, so a missing
+module is an error instead of a compile on the serving path.
 """
 
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
 import platform
+import shutil
+import subprocess
 import sys
 import threading
 from contextlib import contextmanager
@@ -20,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from .device_flags import device_flags
 from .manifest import ArchRecord, manifest
 
 CACHE_DIR_ENV = "MXLOGITS_CACHE_DIR"
@@ -50,6 +56,23 @@ def _host_cpu() -> str:
     return " ".join(fields.get(k, "").strip() for k in ("model name", "flags", "Features"))
 
 
+@functools.cache
+def device_compiler_version(family: str) -> str:
+    """`nvcc --version` / `hipcc --version` of the toolkit torch builds extensions with ('' on the host)."""
+    if family == "host":
+        return ""
+    from torch.utils import cpp_extension
+
+    home, tool = (cpp_extension.CUDA_HOME, "nvcc") if family == "cuda" else (cpp_extension.ROCM_HOME, "hipcc")
+    if not home:
+        return f"no {tool}"
+    try:
+        run = subprocess.run([str(Path(home) / "bin" / tool), "--version"], capture_output=True, text=True, timeout=60)
+    except OSError as e:
+        return f"{tool}: {e}"
+    return run.stdout.strip()
+
+
 def module_name(arch: ArchRecord) -> str:
     """Name of the built module: the arch and a hash of everything the binary depends on."""
     key = {
@@ -59,6 +82,7 @@ def module_name(arch: ArchRecord) -> str:
         "cuda": torch.version.cuda,
         "hip": torch.version.hip,
         "cxx": os.environ.get("CXX", ""),
+        "device_compiler": device_compiler_version(arch.family),
         "host": _host_cpu() if arch.family == "host" else "",
     }
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
@@ -93,8 +117,8 @@ def _compile(arch: ArchRecord, directory: Path, name: str, build_dir: Path) -> N
     flags = list(arch.flags)
     device_code = arch.family != "host"
     print(
-        f"mxlogits: building the {arch.name} kernels (first use of this build: seconds for the host, "
-        f"minutes for a GPU arch), cached in {build_dir}",
+        f"mxlogits: building the {arch.name} kernels (first use of this build: a minute or more), "
+        f"cached in {build_dir}",
         file=sys.stderr,
         flush=True,
     )
@@ -102,7 +126,9 @@ def _compile(arch: ArchRecord, directory: Path, name: str, build_dir: Path) -> N
         name=name,
         sources=sources,
         extra_cflags=["-O3"] if device_code else flags,
-        extra_cuda_cflags=flags if device_code else None,
+        # The device pass comes from the arch's target (an explicit -gencode also keeps torch
+        # from adding passes of its own).
+        extra_cuda_cflags=flags + device_flags(arch.family, arch.target) if device_code else None,
         extra_ldflags=None if device_code else flags,  # the compiler driver links -fopenmp's runtime
         extra_include_paths=[str(directory)],
         build_directory=str(build_dir),
@@ -140,10 +166,13 @@ def built_library(arch_name: str) -> Path:
     _verify_sources(arch, m.directory)
     with _file_lock(cache_dir() / f"{name}.lock"):
         if not done.is_file():
-            build_dir.mkdir(parents=True, exist_ok=True)
-            library.unlink(missing_ok=True)
-            _compile(arch, m.directory, name, build_dir)
-            done.write_text(f"{library}\n")
+            staging = build_dir.with_name(f"{name}.building")
+            shutil.rmtree(staging, ignore_errors=True)  # what a killed build left
+            staging.mkdir(parents=True)
+            _compile(arch, m.directory, name, staging)
+            (staging / done.name).write_text(f"{library}\n")
+            shutil.rmtree(build_dir, ignore_errors=True)  # a module of an older layout without its stamp
+            staging.rename(build_dir)
     return library
 
 

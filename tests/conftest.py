@@ -1,28 +1,87 @@
-"""Shared builders: one op call's inputs from (contexts, rows), the op, the reference, and the
-comparison of SPEC §3 (in-window cells within the instance's bound, other cells untouched)."""
+"""Shared builders: one op call's inputs from (contexts, rows) on a variant's device, the op, the
+reference, and the comparison of SPEC §3 (in-window cells within the instance's bound, other
+cells untouched). Every op test runs on every arch present on this machine: cpu, and the arch
+of the CUDA/HIP device when the instance table has one (those params carry the gpu mark)."""
 
 from __future__ import annotations
 
 import mxlogits as mx
 import pytest
 import torch
-from mxlogits.synthetic import Scene
-from mxlogits.synthetic import make_scene as make_case  # noqa: F401  (cpu is its default device)
+from mxlogits.synthetic import Scene, make_scene
 
+
+def _gpu_arch() -> str | None:
+    """The arch of this machine's GPU, or None without a GPU or when the table has no arch for it."""
+    if not torch.cuda.is_available():
+        return None
+    try:
+        return mx.arch_of("cuda")
+    except RuntimeError:  # a GPU the instance table does not target: its params are left out
+        return None
+
+
+GPU_ARCH = _gpu_arch()
+PRESENT_ARCHES = ["cpu"] + ([GPU_ARCH] if GPU_ARCH else [])
 CPU_VARIANTS = mx.variants("cpu")
+GPU_VARIANTS = mx.variants(GPU_ARCH) if GPU_ARCH else ()
+PRESENT_VARIANTS = tuple(v for arch in PRESENT_ARCHES for v in mx.variants(arch))
+
+
+def device_of(variant_or_arch) -> str:
+    arch = variant_or_arch if isinstance(variant_or_arch, str) else variant_or_arch.arch
+    return "cpu" if arch == "cpu" else "cuda"
 
 
 def variant_id(v: mx.MqaLogitsVariant) -> str:
-    return v.name
+    return f"{v.arch}-{v.name}"
 
 
-@pytest.fixture(params=CPU_VARIANTS, ids=variant_id)
+def _marks(arch: str):
+    return () if arch == "cpu" else (pytest.mark.gpu,)
+
+
+def variant_params(variants=PRESENT_VARIANTS) -> list:
+    """pytest params of `variants`, ids like cpu-qlen1_kv64 / sm90-qlen1_kv64, GPU ones marked gpu."""
+    return [pytest.param(v, id=variant_id(v), marks=_marks(v.arch)) for v in variants]
+
+
+def arch_params() -> list:
+    return [pytest.param(a, id=a, marks=_marks(a)) for a in PRESENT_ARCHES]
+
+
+@pytest.fixture(params=variant_params())
 def variant(request) -> mx.MqaLogitsVariant:
     return request.param
 
 
+@pytest.fixture(params=arch_params())
+def arch(request) -> str:
+    return request.param
+
+
+def variant_with(arch: str, predicate, what: str) -> mx.MqaLogitsVariant:
+    """The first variant of `arch` that satisfies `predicate`; skips (naming `what`) if it has none."""
+    found = [v for v in mx.variants(arch) if predicate(v)]
+    if not found:
+        pytest.skip(f"{arch} compiles no variant with {what}")
+    return found[0]
+
+
+def ops_of(arch: str):
+    """torch.ops.mxlogits_<arch>, the raw ops of the arch's module (loaded, built on first use)."""
+    mx.build.load(arch)
+    return getattr(torch.ops, f"mxlogits_{arch}")
+
+
+def make_case(contexts, rows, variant=None, *, seed: int = 0, max_seq_len: int | None = None) -> Scene:
+    """A Scene on the device of `variant` (cpu for None); see mxlogits.synthetic.make_scene."""
+    device = "cpu" if variant is None else device_of(variant)
+    return make_scene(contexts, rows, device, seed=seed, max_seq_len=max_seq_len)
+
+
 def make_plan(case: Scene, variant, *, num_ctas=None, row_to_batch=True, starts=True) -> mx.MqaLogitsPlan:
-    buffers = mx.plan_buffers("cpu", case.total_q, case.batch, variant, num_ctas=num_ctas)
+    buffers = mx.plan_buffers(case.q.device, case.total_q, case.batch, variant, num_ctas=num_ctas)
     return mx.plan(
         case.cu_seq_q,
         case.local_ends,
@@ -44,14 +103,17 @@ def run_op(case: Scene, variant, *, out=None, weight_scale=1.0, plan=None, weigh
 
 
 def reference(case: Scene, *, weight_scale=1.0, starts=True, weights=None) -> torch.Tensor:
-    return mx.reference_logits(
-        *case.inputs(weights),
-        case.local_ends,
+    """mx.reference_logits evaluated on the CPU (fp32), returned on the case's device."""
+    cpu = [t.cpu() for t in case.inputs(weights)]
+    ref = mx.reference_logits(
+        *cpu,
+        case.local_ends.cpu(),
         case.max_seq_len,
-        local_starts=case.local_starts if starts else None,
-        row_to_batch=case.row_to_batch,
+        local_starts=case.local_starts.cpu() if starts else None,
+        row_to_batch=case.row_to_batch.cpu(),
         weight_scale=weight_scale,
     )
+    return ref.to(case.q.device)
 
 
 def assert_matches(out: torch.Tensor, ref: torch.Tensor, variant) -> None:

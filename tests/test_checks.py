@@ -1,20 +1,23 @@
 """Bad input raises naming the argument, what was expected and what was found, before any
-launch (out untouched); the kernels drop records a plan could not have produced."""
+launch (out untouched); the kernels drop records a plan could not have produced. The launcher
+checks are shared templates, so every check runs on every arch present (messages of the C++
+checks start with "mxlogits[<arch>]"); only the cpu body's page-id check is cpu-only."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import mxlogits as mx
 import pytest
 import torch
-from conftest import CPU_VARIANTS, assert_matches, make_case, make_plan, reference, run_op
+from conftest import assert_matches, device_of, make_case, make_plan, ops_of, reference, run_op, variant_with
 
-OPS = torch.ops.mxlogits_cpu
+NEG_INF = float("-inf")
 
 
-def decode_case(rows: int = 10):
-    return make_case([200 + 13 * i for i in range(rows)], [(i, 0, 200 + 13 * i) for i in range(rows)])
+def decode_case(rows: int = 10, variant=None):
+    return make_case([200 + 13 * i for i in range(rows)], [(i, 0, 200 + 13 * i) for i in range(rows)], variant)
 
 
 def named_inputs(case) -> dict:
@@ -42,47 +45,49 @@ def raw_args(case, p, variant, out, **override):
 # ---- row counts ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("variant", CPU_VARIANTS, ids=lambda v: v.name)
 @pytest.mark.parametrize("short", ["local_ends", "local_starts", "row_to_batch"])
 def test_plan_raises_on_short_per_row_arrays(variant, short):
-    case = decode_case()
+    case = decode_case(10, variant)
     arrays = dict(local_ends=case.local_ends, local_starts=case.local_starts, row_to_batch=case.row_to_batch)
     arrays[short] = arrays[short][:7]
-    buffers = mx.plan_buffers("cpu", 10, 10, variant)
-    with pytest.raises(RuntimeError, match=rf"{short}: expected at least 10 entries .*found 7"):
+    buffers = mx.plan_buffers(device_of(variant), 10, 10, variant)
+    message = rf"^mxlogits\[{variant.arch}\] .*{short}: expected at least 10 entries .*found 7"
+    with pytest.raises(RuntimeError, match=message):
         mx.plan(case.cu_seq_q, arrays.pop("local_ends"), buffers=buffers, **arrays)
 
 
-def test_plan_raises_on_more_rows_than_the_buffers_hold():
-    buffers = mx.plan_buffers("cpu", 10, 10)
+def test_plan_raises_on_more_rows_than_the_buffers_hold(arch):
+    buffers = mx.plan_buffers(device_of(arch), 10, 10)
     with pytest.raises(ValueError, match=r"total_q: these buffers were sized for total_q <= 10, found 14"):
-        mx.plan(None, torch.zeros(14, dtype=torch.int32), buffers=buffers, total_q=14)
+        mx.plan(None, torch.zeros(14, dtype=torch.int32, device=device_of(arch)), buffers=buffers, total_q=14)
 
 
-def test_plan_raises_on_more_sequences_than_the_buffers_hold():
-    v = next(v for v in CPU_VARIANTS if v.q_per_block > 1)
-    buffers = mx.plan_buffers("cpu", 10, 2, v)
+def test_plan_raises_on_more_sequences_than_the_buffers_hold(arch):
+    v = variant_with(arch, lambda v: v.q_per_block > 1, "q_per_block > 1")
+    dev = device_of(arch)
+    buffers = mx.plan_buffers(dev, 10, 2, v)
+    ends = torch.zeros(10, dtype=torch.int32, device=dev)
     with pytest.raises(ValueError, match=r"cu_seq_q: these buffers were sized for batch <= 2"):
-        mx.plan(torch.tensor([0, 2, 4, 10], dtype=torch.int32), torch.zeros(10, dtype=torch.int32), buffers=buffers)
+        mx.plan(torch.tensor([0, 2, 4, 10], dtype=torch.int32, device=dev), ends, buffers=buffers)
     with pytest.raises(ValueError, match=r"cu_seq_q: expected an int32 \[batch \+ 1\] tensor"):
-        mx.plan(None, torch.zeros(10, dtype=torch.int32), buffers=buffers)
+        mx.plan(None, ends, buffers=buffers)
 
 
-def test_identity_cut_without_row_to_batch_needs_a_sequence_per_row():
-    buffers = mx.plan_buffers("cpu", 10, 4)
+def test_identity_cut_without_row_to_batch_needs_a_sequence_per_row(arch):
+    v = variant_with(arch, lambda v: v.q_per_block == 1, "q_per_block 1")
+    buffers = mx.plan_buffers(device_of(arch), 10, 4, v)
     with pytest.raises(
         RuntimeError, match=r"batch: expected a value in \[10, .*row r reads block_tables row r.*found 4"
     ):
-        mx.plan(None, torch.zeros(10, dtype=torch.int32), buffers=buffers)
+        mx.plan(None, torch.zeros(10, dtype=torch.int32, device=device_of(arch)), buffers=buffers)
 
 
-@pytest.mark.parametrize("variant", CPU_VARIANTS, ids=lambda v: v.name)
 @pytest.mark.parametrize("short", ["q", "q_scale", "weights", "out"])
 def test_launch_raises_on_row_count_mismatch(variant, short):
     """A 14-row plan against 10-row tensors raises before any launch and writes nothing."""
-    case14, case10 = decode_case(14), decode_case(10)
+    case14, case10 = decode_case(14, variant), decode_case(10, variant)
     p = make_plan(case14, variant)
-    out = torch.full((14, case14.max_seq_len), float("-inf"))
+    out = torch.full((14, case14.max_seq_len), NEG_INF, device=device_of(variant))
     tensors = dict(q=case14.q, q_scale=case14.q_scale, weights=case14.weights, out=out)
     tensors[short] = out[:10] if short == "out" else getattr(case10, short)
     with pytest.raises(
@@ -102,9 +107,10 @@ def test_launch_raises_on_row_count_mismatch(variant, short):
     assert torch.isneginf(out).all()
 
 
-def test_launch_raises_when_block_tables_has_fewer_rows_than_the_plan():
-    case = decode_case()
-    p = make_plan(case, mx.default_variant("cpu"))
+def test_launch_raises_when_block_tables_has_fewer_rows_than_the_plan(arch):
+    v = mx.default_variant(arch)
+    case = decode_case(10, v)
+    p = make_plan(case, v)
     with pytest.raises(ValueError, match=r"block_tables: expected at least 10 rows \(the plan's batch\)"):
         mx.pa_mqa_logits_mxfp4(
             case.q, case.q_scale, case.kv_cache, case.kv_scale, case.block_tables[:6], case.weights, p, case.max_seq_len
@@ -114,7 +120,6 @@ def test_launch_raises_when_block_tables_has_fewer_rows_than_the_plan():
 # ---- the kernel row guard --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("variant", CPU_VARIANTS, ids=lambda v: v.name)
 def test_kernel_row_guard_through_a_raw_launch(variant):
     """A schedule built for 14 rows launched raw with num_rows 10 drops rows 10..13: rows
     0..9 are right and nothing past the 10-row tensors is touched."""
@@ -124,7 +129,7 @@ def test_kernel_row_guard_through_a_raw_launch(variant):
         else [(i, 0, 300 + 9 * i) for i in range(14)]
     )
     contexts = [430] if variant.q_per_block > 1 else [300 + 9 * i for i in range(14)]
-    case = make_case(contexts, rows14)
+    case = make_case(contexts, rows14, variant)
     p = make_plan(case, variant)
     assert any(r[4] > 0 and r[0] >= 10 for r in p.buffers.cta_info.tolist())
     small = dataclasses.replace(
@@ -136,17 +141,18 @@ def test_kernel_row_guard_through_a_raw_launch(variant):
         local_starts=case.local_starts[:10],
         row_to_batch=case.row_to_batch[:10],
     )
-    out = torch.full((10, case.max_seq_len), float("-inf"))
-    OPS.pa_mqa_logits_mxfp4(**raw_args(small, p, variant, out, num_rows=10))
+    out = torch.full((10, case.max_seq_len), NEG_INF, device=device_of(variant))
+    ops = ops_of(variant.arch)
+    ops.pa_mqa_logits_mxfp4(**raw_args(small, p, variant, out, num_rows=10))
     assert_matches(out, reference(small), variant)
     with pytest.raises(RuntimeError, match=r"q: expected at least 14 rows"):
-        OPS.pa_mqa_logits_mxfp4(**raw_args(small, p, variant, out, num_rows=14))
+        ops.pa_mqa_logits_mxfp4(**raw_args(small, p, variant, out, num_rows=14))
 
 
-def test_kernel_drops_records_no_plan_produces():
+def test_kernel_drops_records_no_plan_produces(arch):
     """Hand-written records with a bad row, a bad sequence, or chunks past max_seq_len touch nothing."""
-    v = mx.default_variant("cpu")
-    case = decode_case(4)
+    v = mx.default_variant(arch)
+    case = decode_case(4, v)
     p = make_plan(case, v)
     forged = torch.tensor(
         [
@@ -156,14 +162,17 @@ def test_kernel_drops_records_no_plan_produces():
             [2, 1, -1, 0, 1, 0, 64],
         ],  # negative sequence
         dtype=torch.int32,
+        device=device_of(arch),
     )
-    ranges = torch.tensor([[0, 4]], dtype=torch.int32)
-    out = torch.full((4, case.max_seq_len), float("-inf"))
-    OPS.pa_mqa_logits_mxfp4(**raw_args(case, p, v, out, cta_info=forged, cta_ranges=ranges, num_rows=4))
+    ranges = torch.tensor([[0, 4]], dtype=torch.int32, device=device_of(arch))
+    out = torch.full((4, case.max_seq_len), NEG_INF, device=device_of(arch))
+    ops_of(arch).pa_mqa_logits_mxfp4(**raw_args(case, p, v, out, cta_info=forged, cta_ranges=ranges, num_rows=4))
     assert torch.isneginf(out).all()
 
 
 def test_kernel_refuses_page_ids_outside_the_cache():
+    """cpu only: the cpu body raises on a page id outside the cache; a GPU body makes the
+    page's cells NaN instead (tests/test_gpu.py)."""
     v = mx.default_variant("cpu")
     case = decode_case(2)
     case.block_tables[1, 1] = case.kv_cache.shape[0]
@@ -174,9 +183,9 @@ def test_kernel_refuses_page_ids_outside_the_cache():
 # ---- arguments -------------------------------------------------------------------------------
 
 
-def test_argument_errors_name_argument_expected_and_found():
-    v = mx.default_variant("cpu")
-    case = decode_case(3)
+def test_argument_errors_name_argument_expected_and_found(arch):
+    v = mx.default_variant(arch)
+    case = decode_case(3, v)
     p = make_plan(case, v)
     bad = {
         "q": (case.q.float(), r"q: expected dtype uint8 or float4_e2m1fn_x2, found Float"),
@@ -189,59 +198,61 @@ def test_argument_errors_name_argument_expected_and_found():
         "weights": (case.weights.double(), r"weights: expected dtype float32 or bfloat16, found Double"),
         "block_tables": (case.block_tables.long(), r"block_tables: expected dtype int32, found Long"),
     }
-    out = torch.full((3, case.max_seq_len), float("-inf"))
+    out = torch.full((3, case.max_seq_len), NEG_INF, device=device_of(arch))
     for name, (value, message) in bad.items():
         args = named_inputs(case) | {name: value}
-        with pytest.raises(RuntimeError, match=message):
+        with pytest.raises(RuntimeError, match=rf"^mxlogits\[{arch}\] .*{message}"):
             mx.pa_mqa_logits_mxfp4(**args, plan=p, max_seq_len=case.max_seq_len, out=out)
     assert torch.isneginf(out).all()
 
 
-def test_out_and_block_tables_bounds():
-    v = next(v for v in CPU_VARIANTS if v.block_k == 256)
-    case = decode_case(3)
+def test_out_and_block_tables_bounds(arch):
+    v = max(mx.variants(arch), key=lambda v: v.block_k)  # the widest chunk: block_tables padding matters most
+    case = decode_case(3, v)
     p = make_plan(case, v)
-    L = case.max_seq_len
+    L, dev = case.max_seq_len, device_of(arch)
     with pytest.raises(RuntimeError, match=rf"out: expected at least max_seq_len={L} columns, found {L - 1}"):
-        run_op(case, v, plan=p, out=torch.empty(3, L - 1))
+        run_op(case, v, plan=p, out=torch.empty(3, L - 1, device=dev))
     with pytest.raises(RuntimeError, match=r"out: expected a 2-D tensor with a contiguous last dim"):
-        run_op(case, v, plan=p, out=torch.empty(L, 3).t())
+        run_op(case, v, plan=p, out=torch.empty(L, 3, device=dev).t())
     width = mx.block_table_width(L, v)
     case.block_tables = case.block_tables[:, : width - 1]
     with pytest.raises(
         RuntimeError,
-        match=rf"block_tables: expected at least {width} columns \(block_table_width\(max_seq_len={L}\) at block_k 256",
+        match=rf"block_tables: expected at least {width} columns \(block_table_width\(max_seq_len={L}\) "
+        rf"at block_k {v.block_k}",
     ):
         run_op(case, v, plan=p)
 
 
-def test_block_table_width_agrees_with_the_launcher():
+def test_block_table_width_agrees_with_the_launcher(variant):
     """The Python sizing helper and the C++ check are the same arithmetic: width passes, width - 1 raises."""
-    for v in CPU_VARIANTS:
-        for L in (1, 63, 64, 65, 255, 256, 257, 1000):
-            case = make_case([L], [(0, 0, L)], max_seq_len=L)
-            width = mx.block_table_width(L, v)
-            assert width == -(-L // v.block_k) * (v.block_k // 64)
-            p = make_plan(case, v)
-            full = case.block_tables
-            case.block_tables = full[:, :width].contiguous()
+    v = variant
+    for L in (1, 63, 64, 65, 255, 256, 257, 1000):
+        case = make_case([L], [(0, 0, L)], v, max_seq_len=L)
+        width = mx.block_table_width(L, v)
+        assert width == -(-L // v.block_k) * (v.block_k // 64)
+        p = make_plan(case, v)
+        full = case.block_tables
+        case.block_tables = full[:, :width].contiguous()
+        run_op(case, v, plan=p)
+        case.block_tables = full[:, : width - 1].contiguous()
+        with pytest.raises(RuntimeError, match="block_tables: expected at least"):
             run_op(case, v, plan=p)
-            case.block_tables = full[:, : width - 1].contiguous()
-            with pytest.raises(RuntimeError, match="block_tables: expected at least"):
-                run_op(case, v, plan=p)
 
 
-def test_devices_must_match():
-    v = mx.default_variant("cpu")
-    case = decode_case(2)
+def test_devices_must_match(arch):
+    v = mx.default_variant(arch)
+    case = decode_case(2, v)
     p = make_plan(case, v)
-    with pytest.raises(ValueError, match=r"weights: expected a tensor on cpu \(that of q\), found meta"):
+    dev = re.escape(str(case.q.device))  # cpu, cuda:0
+    with pytest.raises(ValueError, match=rf"weights: expected a tensor on {dev} \(that of q\), found meta"):
         mx.pa_mqa_logits_mxfp4(
             *case.inputs(case.weights.to("meta")),
             p,
             case.max_seq_len,
         )
-    with pytest.raises(ValueError, match=r"the plan was built for cpu and this launch is on meta"):
+    with pytest.raises(ValueError, match=rf"the plan was built for {dev} and this launch is on meta"):
         mx.pa_mqa_logits_mxfp4(
             case.q.to("meta"),
             case.q_scale,
@@ -252,37 +263,51 @@ def test_devices_must_match():
             p,
             case.max_seq_len,
         )
-    with pytest.raises(ValueError, match=r"local_ends: expected a tensor on cpu \(the buffers' device\), found meta"):
-        mx.plan(None, case.local_ends.to("meta"), buffers=p.buffers)
+    message = rf"local_ends: expected a tensor on {dev} \(the buffers' device\), found meta"
+    with pytest.raises(ValueError, match=message):
+        mx.plan(case.cu_seq_q, case.local_ends.to("meta"), buffers=p.buffers)
+    if arch != "cpu":  # a GPU plan fed host windows, and a GPU launch with a host block table
+        with pytest.raises(ValueError, match=rf"local_ends: expected a tensor on {dev} .*found cpu"):
+            mx.plan(case.cu_seq_q, case.local_ends.cpu(), buffers=p.buffers)
+        args = named_inputs(case) | {"block_tables": case.block_tables.cpu()}
+        with pytest.raises(ValueError, match=rf"block_tables: expected a tensor on {dev} \(that of q\), found cpu"):
+            mx.pa_mqa_logits_mxfp4(**args, plan=p, max_seq_len=case.max_seq_len)
 
 
-def test_int64_windows_are_refused_not_converted():
-    buffers = mx.plan_buffers("cpu", 3, 3)
+def test_int64_windows_are_refused_not_converted(arch):
+    dev = device_of(arch)
+    buffers = mx.plan_buffers(dev, 3, 3)
+    cu = torch.arange(4, dtype=torch.int32, device=dev)  # read only by a default of q_per_block > 1
     with pytest.raises(RuntimeError, match=r"local_ends: expected dtype int32, found Long"):
-        mx.plan(None, torch.zeros(3, dtype=torch.int64), buffers=buffers)
+        mx.plan(cu, torch.zeros(3, dtype=torch.int64, device=dev), buffers=buffers)
 
 
 # ---- variants, arches, plans -----------------------------------------------------------------
 
 
-def test_unknown_and_foreign_variants_are_refused():
-    with pytest.raises(ValueError, match=r"unknown variant 'qlen3_kv64' for cpu; available: \["):
-        mx.plan_buffers("cpu", 4, 4, "qlen3_kv64")
-    foreign = mx.MqaLogitsVariant("qlen1_kv64", 1, 64, 128, "gfx950")
-    with pytest.raises(ValueError, match=r"variant 'qlen1_kv64' was compiled for gfx950, not cpu"):
-        mx.plan_buffers("cpu", 4, 4, foreign)
-    hand_built = dataclasses.replace(mx.default_variant("cpu"), cta_resident=7)
-    with pytest.raises(ValueError, match=r"is not an instance cpu compiled"):
-        mx.plan_buffers("cpu", 4, 4, hand_built)
+def test_unknown_and_foreign_variants_are_refused(arch):
+    dev = device_of(arch)
+    with pytest.raises(ValueError, match=rf"unknown variant 'qlen3_kv64' for {arch}; available: \["):
+        mx.plan_buffers(dev, 4, 4, "qlen3_kv64")
+    other = "gfx950" if arch != "gfx950" else "sm90"
+    foreign = mx.MqaLogitsVariant("qlen1_kv64", 1, 64, 128, other)
+    with pytest.raises(ValueError, match=rf"variant 'qlen1_kv64' was compiled for {other}, not {arch}"):
+        mx.plan_buffers(dev, 4, 4, foreign)
+    hand_built = dataclasses.replace(mx.default_variant(arch), cta_resident=7)
+    with pytest.raises(ValueError, match=rf"is not an instance {arch} compiled"):
+        mx.plan_buffers(dev, 4, 4, hand_built)
     with pytest.raises(TypeError, match=r"variant: expected a name, an MqaLogitsVariant or None, found int"):
-        mx.plan_buffers("cpu", 4, 4, 3)
+        mx.plan_buffers(dev, 4, 4, 3)
 
 
-def test_plans_and_buffers_of_another_arch_are_refused():
-    case = decode_case(2)
-    p = make_plan(case, mx.default_variant("cpu"))
-    foreign = dataclasses.replace(p.buffers, variant=dataclasses.replace(p.variant, arch="sm90"))
-    with pytest.raises(ValueError, match=r"plan: built for arch sm90, but cpu runs cpu"):
+def test_plans_and_buffers_of_another_arch_are_refused(arch):
+    v = mx.default_variant(arch)
+    case = decode_case(2, v)
+    p = make_plan(case, v)
+    other = "sm90" if arch != "sm90" else "gfx950"
+    foreign = dataclasses.replace(p.buffers, variant=dataclasses.replace(p.variant, arch=other))
+    dev = re.escape(str(case.q.device))
+    with pytest.raises(ValueError, match=rf"plan: built for arch {other}, but {dev} runs {arch}"):
         mx.pa_mqa_logits_mxfp4(
             *case.inputs(),
             dataclasses.replace(p, buffers=foreign),
@@ -298,27 +323,33 @@ def test_plans_and_buffers_of_another_arch_are_refused():
         mx.plan(None, case.local_ends, buffers=p)
 
 
-def test_raw_launch_with_an_uncompiled_shape_lists_the_instances():
-    case = decode_case(2)
-    v = mx.default_variant("cpu")
+def test_raw_launch_with_an_uncompiled_shape_lists_the_instances(arch):
+    v = mx.default_variant(arch)
+    case = decode_case(2, v)
     p = make_plan(case, v)
-    out = torch.full((2, case.max_seq_len), float("-inf"))
-    with pytest.raises(
-        RuntimeError,
-        match=r"no instance with \(q_per_block, block_k\) = \(2, 128\); this module has qlen1_kv64 \(1, 64\)",
-    ):
-        OPS.pa_mqa_logits_mxfp4(**raw_args(case, p, v, out, q_per_block=2, block_k=128))
+    out = torch.full((2, case.max_seq_len), NEG_INF, device=device_of(arch))
+    compiled = {(w.q_per_block, w.block_k) for w in mx.variants(arch)}
+    qpb, bk = next(s for s in ((2, 128), (3, 192), (8, 512)) if s not in compiled)
+    with pytest.raises(RuntimeError) as raised:
+        ops_of(arch).pa_mqa_logits_mxfp4(**raw_args(case, p, v, out, q_per_block=qpb, block_k=bk))
+    message = str(raised.value)
+    assert re.search(rf"mxlogits\[{arch}\]: no instance with \(q_per_block, block_k\) = \({qpb}, {bk}\)", message)
+    for w in mx.variants(arch):  # every compiled instance is listed, in whatever order
+        assert f"{w.name} ({w.q_per_block}, {w.block_k})" in message, (w, message)
+    assert torch.isneginf(out).all()
 
 
-def test_numbers_are_checked():
+def test_numbers_are_checked(arch):
+    dev = device_of(arch)
     with pytest.raises(ValueError, match=r"total_q: expected an int >= 0, found -1"):
-        mx.plan_buffers("cpu", -1, 2)
+        mx.plan_buffers(dev, -1, 2)
     with pytest.raises(TypeError, match=r"batch: expected an int, found float"):
-        mx.plan_buffers("cpu", 2, 2.0)
+        mx.plan_buffers(dev, 2, 2.0)
     with pytest.raises(ValueError, match=r"num_ctas: expected an int >= 1, found 0"):
-        mx.plan_buffers("cpu", 2, 2, num_ctas=0)
-    case = decode_case(2)
-    p = make_plan(case, mx.default_variant("cpu"))
+        mx.plan_buffers(dev, 2, 2, num_ctas=0)
+    v = mx.default_variant(arch)
+    case = decode_case(2, v)
+    p = make_plan(case, v)
     with pytest.raises(TypeError, match=r"max_seq_len: expected an int, found float"):
         mx.pa_mqa_logits_mxfp4(
             case.q, case.q_scale, case.kv_cache, case.kv_scale, case.block_tables, case.weights, p, 300.0

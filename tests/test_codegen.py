@@ -121,9 +121,9 @@ ERRORS = {
     ),
     "arch without a body template": (
         "name: cpu\n",
-        "name: sm90\n",
-        "name: sm90",
-        r"arches\[0\]\.name: expected an arch with templates/arch/sm90/traits\.h\.j2, found no such template",
+        "name: sm99\n",
+        "name: sm99",
+        r"arches\[0\]\.name: expected an arch with templates/arch/sm99/traits\.h\.j2, found no such template",
     ),
     "same (q_per_block, block_k) twice": (
         "q_per_block: 4, block_k: 256",

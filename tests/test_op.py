@@ -1,14 +1,16 @@
-"""The upstream op test plan on every cpu instance: corner cases, padded decode, NaN
-propagation, out-of-window cells, strided out, the fused page buffer, opcheck, torch.compile."""
+"""The upstream op test plan on every instance of every arch present (cpu, and the GPU's arch):
+corner cases, padded decode, NaN propagation, out-of-window cells, strided out, the fused page
+buffer, opcheck, torch.compile."""
 
 from __future__ import annotations
 
 import random
+import zlib
 
 import mxlogits as mx
 import pytest
 import torch
-from conftest import assert_matches, make_case, make_plan, reference, run_op
+from conftest import assert_matches, device_of, make_case, make_plan, ops_of, reference, run_op
 
 
 def causal_rows(seq: int, prefix: int, new: int, start: int = 0) -> list[tuple[int, int, int]]:
@@ -43,14 +45,15 @@ def corner_cases() -> dict[str, tuple[list[int], list[tuple[int, int, int]]]]:
 
 @pytest.mark.parametrize("name", sorted(corner_cases()))
 def test_corner_cases(name, variant):
+    """Each case its own fixed seed (crc32 of its name: stable across processes, unlike hash())."""
     contexts, rows = corner_cases()[name]
-    case = make_case(contexts, rows, seed=hash(name) % 1000)
+    case = make_case(contexts, rows, variant, seed=zlib.crc32(name.encode()) % 1000)
     assert_matches(run_op(case, variant, weight_scale=1.5), reference(case, weight_scale=1.5), variant)
 
 
 def test_long_window_splits_over_many_ctas(variant):
     """One 20,000-token window is cut over the grid: many records, each CTA a fair share."""
-    case = make_case([20000], [(0, 0, 20000)])
+    case = make_case([20000], [(0, 0, 20000)], variant)
     p = make_plan(case, variant, num_ctas=64)
     info = p.buffers.cta_info
     counts = info[:, 4]
@@ -63,9 +66,9 @@ def test_long_window_splits_over_many_ctas(variant):
 def test_without_local_starts_and_row_to_batch(variant):
     """local_starts=None means 0; row_to_batch=None means the row (q_per_block 1) or the tile's sequence."""
     if variant.q_per_block == 1:
-        case = make_case([300, 70, 129], [(0, 0, 300), (1, 0, 70), (2, 0, 129)])
+        case = make_case([300, 70, 129], [(0, 0, 300), (1, 0, 70), (2, 0, 129)], variant)
     else:
-        case = make_case([300, 70], causal_rows(0, 290, 10) + causal_rows(1, 60, 10))
+        case = make_case([300, 70], causal_rows(0, 290, 10) + causal_rows(1, 60, 10), variant)
     out = run_op(case, variant, row_to_batch=False, starts=False)
     assert_matches(out, reference(case, starts=False), variant)
 
@@ -80,7 +83,7 @@ def test_atom_padded_decode(variant, mtp, padded):
     if padded:
         contexts += [0, 0, 0]
         rows += [(-1, 0, 0)] * (3 * mtp)
-    case = make_case(contexts, rows)
+    case = make_case(contexts, rows, variant)
     if padded:
         assert case.cu_seq_q.tolist()[-4:] == [5 * mtp] * 4
     out = run_op(case, variant)
@@ -91,8 +94,8 @@ def test_atom_padded_decode(variant, mtp, padded):
 
 
 def test_out_cells_outside_windows_untouched(variant):
-    case = make_case([500, 300], [(0, 100, 260), (0, 100, 261), (1, 7, 9), (1, 7, 300)])
-    sentinel = torch.full((case.total_q + 2, case.max_seq_len + 50), 12345.0)
+    case = make_case([500, 300], [(0, 100, 260), (0, 100, 261), (1, 7, 9), (1, 7, 300)], variant)
+    sentinel = torch.full((case.total_q + 2, case.max_seq_len + 50), 12345.0, device=device_of(variant))
     out = run_op(case, variant, out=sentinel.clone())
     inside = torch.zeros_like(out, dtype=torch.bool)
     for r, (s, e) in enumerate(zip(case.local_starts.tolist(), case.local_ends.tolist())):
@@ -102,8 +105,8 @@ def test_out_cells_outside_windows_untouched(variant):
 
 
 def test_strided_out(variant):
-    case = make_case([700, 400], causal_rows(0, 690, 8) + causal_rows(1, 390, 8))
-    base = torch.full((case.total_q, case.max_seq_len + 40), float("-inf"))
+    case = make_case([700, 400], causal_rows(0, 690, 8) + causal_rows(1, 390, 8), variant)
+    base = torch.full((case.total_q, case.max_seq_len + 40), float("-inf"), device=device_of(variant))
     out = base[:, 13 : 13 + case.max_seq_len]
     assert out.stride(0) != out.shape[1]
     run_op(case, variant, out=out)
@@ -112,7 +115,7 @@ def test_strided_out(variant):
 
 
 def test_fused_page_buffer_in_place_equals_separate_tensors(variant):
-    case = make_case([640, 200], causal_rows(0, 630, 4) + causal_rows(1, 190, 4))
+    case = make_case([640, 200], causal_rows(0, 630, 4) + causal_rows(1, 190, 4), variant)
     assert case.kv_cache.stride(0) == 64 * (64 + 4) and not case.kv_cache.is_contiguous()
     fused = run_op(case, variant)
     case.kv_cache, case.kv_scale = case.kv_cache.contiguous(), case.kv_scale.contiguous()
@@ -121,20 +124,20 @@ def test_fused_page_buffer_in_place_equals_separate_tensors(variant):
 
 
 def test_bf16_weights_and_weight_scale(variant):
-    case = make_case([400], causal_rows(0, 390, 8))
+    case = make_case([400], causal_rows(0, 390, 8), variant)
     w16 = case.weights.to(torch.bfloat16)
     out = run_op(case, variant, weights=w16, weight_scale=-0.75)
     assert_matches(out, reference(case, weights=w16, weight_scale=-0.75), variant)
 
 
 def test_repeated_calls_are_deterministic(variant):
-    case = make_case([2000, 900], causal_rows(0, 1990, 8) + causal_rows(1, 890, 8))
+    case = make_case([2000, 900], causal_rows(0, 1990, 8) + causal_rows(1, 890, 8), variant)
     p = make_plan(case, variant)
     assert torch.equal(run_op(case, variant, plan=p), run_op(case, variant, plan=p))
 
 
 def test_results_do_not_depend_on_the_grid(variant):
-    case = make_case([3000, 50], causal_rows(0, 2990, 6) + causal_rows(1, 40, 6))
+    case = make_case([3000, 50], causal_rows(0, 2990, 6) + causal_rows(1, 40, 6), variant)
     outs = [run_op(case, variant, num_ctas=n) for n in (1, 3, 128, 1000)]
     for o in outs[1:]:
         assert_matches(o, reference(case), variant)
@@ -146,7 +149,7 @@ def test_results_do_not_depend_on_the_grid(variant):
 
 def poisoned_case(variant):
     rows = [(0, 0, 100), (0, 0, 101), (0, 50, 130), (0, 101, 140)]
-    return make_case([300], rows, seed=11)
+    return make_case([300], rows, variant, seed=11)
 
 
 def poison_kv_token(case, token: int) -> None:
@@ -180,7 +183,7 @@ def test_nan_q_scale_poisons_its_row(variant):
     case.q_scale[2, 17, 1] = 255
     out = run_op(case, variant)
     assert torch.isnan(out[2, 50:130]).all()
-    others = torch.ones(out.shape[0], dtype=torch.bool)
+    others = torch.ones(out.shape[0], dtype=torch.bool, device=out.device)
     others[2] = False
     assert not torch.isnan(out[others]).any()
 
@@ -189,9 +192,9 @@ def test_nan_q_scale_poisons_its_row(variant):
 
 
 def test_opcheck(variant):
-    case = make_case([300, 200], causal_rows(0, 290, 4) + causal_rows(1, 190, 4))
+    case = make_case([300, 200], causal_rows(0, 290, 4) + causal_rows(1, 190, 4), variant)
     p = make_plan(case, variant)
-    out = torch.full((case.total_q, case.max_seq_len), float("-inf"))
+    out = torch.full((case.total_q, case.max_seq_len), float("-inf"), device=device_of(variant))
     args = (
         *case.inputs(),
         p.buffers.cta_info,
@@ -205,7 +208,8 @@ def test_opcheck(variant):
         variant.q_per_block,
         variant.block_k,
     )
-    torch.library.opcheck(torch.ops.mxlogits_cpu.pa_mqa_logits_mxfp4.default, args)
+    ops = ops_of(variant.arch)
+    torch.library.opcheck(ops.pa_mqa_logits_mxfp4.default, args)
     sched = (
         case.cu_seq_q,
         case.local_ends,
@@ -219,12 +223,12 @@ def test_opcheck(variant):
         variant.q_per_block,
         variant.block_k,
     )
-    torch.library.opcheck(torch.ops.mxlogits_cpu.build_schedule.default, sched)
+    torch.library.opcheck(ops.build_schedule.default, sched)
 
 
-def test_traces_under_torch_compile():
-    variant = mx.default_variant("cpu")
-    case = make_case([400, 300], [(0, 0, 400), (1, 0, 300)])
+def test_traces_under_torch_compile(arch):
+    variant = mx.default_variant(arch)
+    case = make_case([400, 300], [(0, 0, 400), (1, 0, 300)], variant)
     p = make_plan(case, variant)
 
     @torch.compile(fullgraph=True, backend="aot_eager")
@@ -236,7 +240,7 @@ def test_traces_under_torch_compile():
             * 2
         )
 
-    out = torch.full((case.total_q, case.max_seq_len), float("-inf"))
+    out = torch.full((case.total_q, case.max_seq_len), float("-inf"), device=device_of(variant))
     doubled = step(case.q, case.q_scale, case.weights, out)
     assert_matches(out, reference(case), variant)
     assert torch.equal(doubled, out * 2)

@@ -160,12 +160,13 @@ inline void run_record(const KernelArgs& a, const CtaRecord& rec, Scratch<T>& s)
 }  // namespace body
 
 template <class T>
-void launch_schedule(const SchedArgs& args) {
+LaunchStatus launch_schedule(const LaunchContext&, const SchedArgs& args) {
   sched::build_schedule_host<T::Q_PER_BLOCK, T::BLOCK_K>(args);
+  return {0, nullptr};
 }
 
 template <class T>
-void launch_logits(const KernelArgs& a) {
+LaunchStatus launch_logits(const LaunchContext&, const KernelArgs& a) {
   static_assert(sizeof(body::Scratch<T>) <= T::SCRATCH_BUDGET,
                 "instance exceeds the cpu budget scratch_bytes in instances.yaml");
   const auto* ranges = reinterpret_cast<const CtaRange*>(a.cta_ranges);
@@ -177,6 +178,7 @@ void launch_logits(const KernelArgs& a) {
       for (int64_t j = std::max<int64_t>(ranges[c].begin, 0); j < end; ++j) body::run_record<T>(a, records[j], *s);
     }
   });
+  return {0, nullptr};
 }
 
 }  // namespace mxlogits::cpu

@@ -4,26 +4,39 @@
 #pragma once
 
 #include "common/abi.h"
+#include "common/launch.h"
 #include "cpu/traits.h"
 
 namespace mxlogits::cpu {
 
 template <class T>
-void launch_schedule(const SchedArgs& args);
+LaunchStatus launch_schedule(const LaunchContext& ctx, const SchedArgs& args);
 template <class T>
-void launch_logits(const KernelArgs& args);
+LaunchStatus launch_logits(const LaunchContext& ctx, const KernelArgs& args);
 
-using Traits_qlen1_kv64 = Traits<InstanceTraits<1, 64, 128>>;
-extern template void launch_schedule<Traits_qlen1_kv64>(const SchedArgs&);
-extern template void launch_logits<Traits_qlen1_kv64>(const KernelArgs&);
-using Traits_qlen1_kv256 = Traits<InstanceTraits<1, 256, 128>>;
-extern template void launch_schedule<Traits_qlen1_kv256>(const SchedArgs&);
-extern template void launch_logits<Traits_qlen1_kv256>(const KernelArgs&);
-using Traits_qlen4_kv64 = Traits<InstanceTraits<4, 64, 128>>;
-extern template void launch_schedule<Traits_qlen4_kv64>(const SchedArgs&);
-extern template void launch_logits<Traits_qlen4_kv64>(const KernelArgs&);
-using Traits_qlen4_kv256 = Traits<InstanceTraits<4, 256, 128>>;
-extern template void launch_schedule<Traits_qlen4_kv256>(const SchedArgs&);
-extern template void launch_logits<Traits_qlen4_kv256>(const KernelArgs&);
+// The tunables cpu declares, as instance qlen1_kv64 sets them.
+struct Tunables_qlen1_kv64 {
+};
+using Traits_qlen1_kv64 = Traits<InstanceTraits<1, 64, 128>, Tunables_qlen1_kv64>;
+extern template LaunchStatus launch_schedule<Traits_qlen1_kv64>(const LaunchContext&, const SchedArgs&);
+extern template LaunchStatus launch_logits<Traits_qlen1_kv64>(const LaunchContext&, const KernelArgs&);
+// The tunables cpu declares, as instance qlen1_kv256 sets them.
+struct Tunables_qlen1_kv256 {
+};
+using Traits_qlen1_kv256 = Traits<InstanceTraits<1, 256, 128>, Tunables_qlen1_kv256>;
+extern template LaunchStatus launch_schedule<Traits_qlen1_kv256>(const LaunchContext&, const SchedArgs&);
+extern template LaunchStatus launch_logits<Traits_qlen1_kv256>(const LaunchContext&, const KernelArgs&);
+// The tunables cpu declares, as instance qlen4_kv64 sets them.
+struct Tunables_qlen4_kv64 {
+};
+using Traits_qlen4_kv64 = Traits<InstanceTraits<4, 64, 128>, Tunables_qlen4_kv64>;
+extern template LaunchStatus launch_schedule<Traits_qlen4_kv64>(const LaunchContext&, const SchedArgs&);
+extern template LaunchStatus launch_logits<Traits_qlen4_kv64>(const LaunchContext&, const KernelArgs&);
+// The tunables cpu declares, as instance qlen4_kv256 sets them.
+struct Tunables_qlen4_kv256 {
+};
+using Traits_qlen4_kv256 = Traits<InstanceTraits<4, 256, 128>, Tunables_qlen4_kv256>;
+extern template LaunchStatus launch_schedule<Traits_qlen4_kv256>(const LaunchContext&, const SchedArgs&);
+extern template LaunchStatus launch_logits<Traits_qlen4_kv256>(const LaunchContext&, const KernelArgs&);
 
 }  // namespace mxlogits::cpu

@@ -5,7 +5,7 @@
 
 namespace mxlogits::cpu {
 
-template void launch_schedule<Traits_qlen1_kv256>(const SchedArgs&);
-template void launch_logits<Traits_qlen1_kv256>(const KernelArgs&);
+template LaunchStatus launch_schedule<Traits_qlen1_kv256>(const LaunchContext&, const SchedArgs&);
+template LaunchStatus launch_logits<Traits_qlen1_kv256>(const LaunchContext&, const KernelArgs&);
 
 }  // namespace mxlogits::cpu

@@ -3,6 +3,7 @@
 // (q_per_block, block_k). Rendered from one template for every arch; only traits and body
 // differ between arches.
 #include <c10/core/DeviceGuard.h>
+#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -38,6 +39,17 @@ Text shape_of(at::IntArrayRef sizes) {
 // arguments are evaluated only on failure.
 #define ARG_CHECK(checker, cond, argument, fmt, ...) \
   MXL_CHECK(cond, "mxlogits[cpu] %s: %s: " fmt, (checker).op(), argument, ##__VA_ARGS__)
+
+// The caller's current stream on the tensors' device, and that device's SM count (read once
+// per device by torch). Every launch goes there: never to the legacy default stream.
+LaunchContext launch_context(c10::Device device) {
+  return LaunchContext{nullptr, -1, at::get_num_threads()};
+}
+
+void check_launch(const LaunchStatus& status, const char* what) {
+  MXL_CHECK(status.code == 0, "mxlogits[cpu] %s: launch failed with error %d: %s", what, status.code,
+            status.what ? status.what : "");
+}
 
 // Checks of one op call; every message names the op, the argument, what was expected and
 // what was found.
@@ -183,6 +195,16 @@ void check_shapes(const LogitsInputs& in) {
             "page of its last chunk), found %lld", (long long)width, (long long)in.max_seq_len, T::BLOCK_K,
             (long long)bt.size(1));
   c.range(bt.size(0), "block_tables.shape[0]", 0, kInt32Max, "sequences");
+  if constexpr (T::KV_ALIGN > 1) {  // pages arrive by bulk copies, which need aligned addresses and strides
+    for (const at::Tensor* t : {&in.kv_cache, &in.kv_scale}) {
+      const char* name = t == &in.kv_cache ? "kv_cache" : "kv_scale";
+      const int64_t stride = t->stride(0) * t->element_size();
+      const auto address = reinterpret_cast<uintptr_t>(t->const_data_ptr());
+      ARG_CHECK(c, address % T::KV_ALIGN == 0 && stride % T::KV_ALIGN == 0, name,
+                "expected a data pointer and a page stride that are multiples of %d bytes, found address %% %d = %d "
+                "and page stride %lld bytes", T::KV_ALIGN, T::KV_ALIGN, int(address % T::KV_ALIGN), (long long)stride);
+    }
+  }
   c.range(bt.stride(0), "block_tables.stride(0)", 0, kInt32Max, "elements");
 
   const at::Tensor& out = in.out;
@@ -228,7 +250,7 @@ void run_logits(const LogitsInputs& in, double weight_scale) {
   a.max_seq_len = int32_t(in.max_seq_len);
   a.weight_scale = float(weight_scale);
   a.weights_bf16 = in.weights.scalar_type() == at::kBFloat16;
-  launch_logits<T>(a);
+  check_launch(launch_logits<T>(launch_context(in.q.device()), a), "pa_mqa_logits_mxfp4");
 }
 
 struct ScheduleInputs {
@@ -285,7 +307,7 @@ void run_schedule(const ScheduleInputs& in) {
   a.max_tiles = int32_t(tiles);
   a.num_ctas = int32_t(in.cta_ranges.size(0));
   a.num_records = int32_t(in.cta_info.size(0));
-  launch_schedule<T>(a);
+  check_launch(launch_schedule<T>(launch_context(in.local_ends.device()), a), "build_schedule");
 }
 
 // Calls f(Traits{}) for the instance compiled for (q_per_block, block_k); anything else raises.

@@ -6,10 +6,11 @@
 
 namespace mxlogits::cpu {
 
-template <class Instance>
-struct Traits : Instance {
+template <class Instance, class Tunables>
+struct Traits : Instance, Tunables {
   static constexpr int TOKEN_GROUP = 8;  // tokens that share each loaded Q vector
   static constexpr int64_t SCRATCH_BUDGET = 1048576;  // bytes per worker
+  static constexpr int KV_ALIGN = 1;  // bytes: kv_cache/kv_scale pages may start anywhere
 };
 
 }  // namespace mxlogits::cpu

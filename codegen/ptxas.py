@@ -1,0 +1,160 @@
+"""mxlogits-gen --ptxas: compile every instance TU of every cuda arch of a rendered generated/ for
+its target alone and report what ptxas allocated per kernel (registers, shared memory, stack,
+spills). A spill or a stack frame fails the run: on the GPU either one is local-memory traffic
+on the hot path. Needs nvcc only, no GPU and no torch headers (instance TUs include none). smem is
+static shared memory: what a body requests dynamically at launch is not ptxas's to see."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from mxlogits.device_flags import device_flags
+
+JOBS = 2  # CI runners are small; a GPU body's TU takes most of a core and a few GB
+_INSTANCE_TU = re.compile(r"(?P<arch>\w+)/instance_(?P<instance>\w+)\.cu")
+_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
+_PROPERTIES = re.compile(r"Function properties for (\S+)")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers")
+_SMEM = re.compile(r"(\d+) bytes smem")
+
+
+@dataclass
+class Function:
+    """ptxas's account of one function; registers and smem are reported for kernels only."""
+
+    name: str  # mangled
+    entry: bool = False
+    registers: int | None = None
+    smem: int = 0
+    stack: int = 0
+    spill_stores: int = 0
+    spill_loads: int = 0
+
+    @property
+    def clean(self) -> bool:
+        return self.stack == 0 and self.spill_stores == 0 and self.spill_loads == 0
+
+
+@dataclass(frozen=True)
+class Unit:
+    arch: str
+    instance: str
+    tu: Path
+    command: tuple[str, ...]
+
+
+def parse_ptxas(text: str) -> list[Function]:
+    """Functions in the order ptxas reports them, from `-Xptxas -v` output."""
+    functions: dict[str, Function] = {}
+    entry = current = None
+    for line in text.splitlines():
+        if m := _ENTRY.search(line):
+            entry = functions.setdefault(m.group(1), Function(m.group(1)))
+            entry.entry = True
+        elif m := _PROPERTIES.search(line):
+            current = functions.setdefault(m.group(1), Function(m.group(1)))
+        elif (m := _FRAME.search(line)) and current is not None:
+            current.stack, current.spill_stores, current.spill_loads = map(int, m.groups())
+        elif (m := _USED.search(line)) and entry is not None:  # follows the entry being compiled
+            entry.registers = int(m.group(1))
+            smem = _SMEM.search(line)
+            entry.smem = int(smem.group(1)) if smem else 0
+    return list(functions.values())
+
+
+def instance_units(generated: Path, doc: dict, nvcc: str) -> list[Unit]:
+    """One compile per instance TU of every cuda arch of `doc`, generated/manifest.json."""
+    units = []
+    for arch, rec in sorted(doc["arches"].items()):
+        if rec["family"] != "cuda":
+            continue
+        for source in rec["sources"]:
+            m = _INSTANCE_TU.fullmatch(source)
+            if m is None or m.group("arch") != arch:
+                continue
+            tu = generated / source
+            command = (
+                nvcc, "-c", "-o", os.devnull, "-x", "cu", str(tu), "-I", str(generated),
+                *rec["flags"], *device_flags("cuda", rec["target"]), "-Xptxas", "-v",
+            )  # fmt: skip
+            units.append(Unit(arch, m.group("instance"), tu, command))
+    return units
+
+
+def _demangle(names: list[str]) -> dict[str, str]:
+    cxxfilt = shutil.which("c++filt")
+    if not cxxfilt or not names:
+        return {n: n for n in names}
+    out = subprocess.run([cxxfilt], input="\n".join(names), capture_output=True, text=True, check=False).stdout
+    lines = out.splitlines()
+    return dict(zip(names, lines)) if len(lines) == len(names) else {n: n for n in names}
+
+
+def short_name(demangled: str, width: int = 72) -> str:
+    """'void mxlogits::sm90::logits_kernel<mxlogits::sm90::Traits<...> >(mxlogits::KernelArgs)'
+    -> 'logits_kernel<Traits<...>>': no return type, parameters or mxlogits namespaces."""
+    s = re.sub(r"^void ", "", demangled)
+    depth = 0
+    for i, ch in enumerate(s):  # cut the parameter list: the first '(' outside template arguments
+        depth += ch == "<"
+        depth -= ch == ">"
+        if ch == "(" and depth == 0 and not s.startswith("(anonymous", i):
+            s = s[:i]
+            break
+    s = re.sub(r"\bmxlogits::(\w+::)*|\(anonymous namespace\)::", "", s)
+    s = s.replace(", ", ",").replace(" >", ">")
+    return s if len(s) <= width else s[: width - 3] + "..."
+
+
+def _compile(unit: Unit) -> subprocess.CompletedProcess:
+    return subprocess.run(unit.command, capture_output=True, text=True, check=False)
+
+
+def report(generated: Path) -> int:
+    """Print the resource table; 0 clean, 1 a spill or stack frame, 2 a compile error or no nvcc."""
+    doc = json.loads((generated / "manifest.json").read_text())
+    if not any(a["family"] == "cuda" for a in doc["arches"].values()):
+        print(f"mxlogits-gen: no cuda arch in {generated / 'manifest.json'}; nothing for ptxas to report")
+        return 0
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        print("mxlogits-gen: --ptxas needs nvcc on PATH (the CUDA toolkit); none found", file=sys.stderr)
+        return 2
+    units = instance_units(generated, doc, nvcc)
+    with ThreadPoolExecutor(JOBS) as pool:
+        results = list(pool.map(_compile, units))
+    failed = [(u, r) for u, r in zip(units, results) if r.returncode != 0]
+    for u, r in failed:
+        print(f"mxlogits-gen: {u.tu} does not compile:\n$ {' '.join(u.command)}\n{r.stdout}{r.stderr}", file=sys.stderr)
+        if re.search(r"\b(ATen|c10|torch)/", r.stderr):
+            print("  (instance TUs must not include torch headers: they compile with nvcc alone)", file=sys.stderr)
+    if failed:
+        return 2
+    rows = [(u, f) for u, r in zip(units, results) for f in parse_ptxas(r.stdout + r.stderr)]
+    names = _demangle(sorted({f.name for _, f in rows}))
+    print(f"{'arch':10} {'instance':16} {'kernel':72} {'regs':>5} {'smem':>7} {'stack':>6} {'spills st/ld':>13}")
+    for u, f in rows:
+        regs = "-" if f.registers is None else str(f.registers)
+        spills = f"{f.spill_stores}/{f.spill_loads}"
+        kernel = short_name(names[f.name])
+        print(f"{u.arch:10} {u.instance:16} {kernel:72} {regs:>5} {f.smem:7} {f.stack:6} {spills:>13}")
+    dirty = [(u, f) for u, f in rows if not f.clean]
+    for u, f in dirty:
+        print(
+            f"mxlogits-gen: {u.arch} {u.instance}: {names[f.name]}: {f.stack} bytes stack frame, "
+            f"{f.spill_stores} bytes spill stores, {f.spill_loads} bytes spill loads",
+            file=sys.stderr,
+        )
+    if dirty:
+        return 1
+    print(f"mxlogits-gen: {len(rows)} functions in {len(units)} instance TUs: no spills, no stack frames")
+    return 0

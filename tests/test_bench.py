@@ -1,0 +1,116 @@
+"""python -m mxlogits bench on the host: PERF.md's counts on a hand-computed case, the tables' shapes,
+the variant choice, the correctness guard, and a quick run that writes its JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import mxlogits as mx
+import mxlogits.bench as bench
+import pytest
+import torch
+from mxlogits.__main__ import main
+from mxlogits.bench_shapes import TABLES, Shape, Work, count_work
+from mxlogits.bench_timing import Limits
+
+# Two sequences: three rows over a 10-token context, then a row and an empty row over 5 tokens.
+HAND = Shape("t", "hand", (10, 5), ((0, 0, 8), (0, 0, 9), (0, 2, 10), (1, 0, 5), (1, 3, 3)))
+
+
+def test_counts_match_a_hand_computation():
+    # H=2, D=64: one D row is 32 value bytes + 2 scale bytes = 34 bytes; cells 8 + 9 + 8 + 5 + 0 = 30.
+    # q_per_block 2: tiles {r0, r1} union [0, 9), {r2} [2, 10), {r3, r4} [0, 5) (r4 is empty) -> 22 KV tokens.
+    assert count_work(HAND, 2, heads=2, head_dim=64) == Work(
+        cells=30, flops=2 * 2 * 64 * 30, bytes=34 * 22 + 34 * 2 * 5 + 4 * 2 * 5 + 4 * 30
+    )
+    # q_per_block 1: every row is a tile -> 8 + 9 + 8 + 5 KV tokens.
+    assert count_work(HAND, 1, heads=2, head_dim=64).bytes == 34 * 30 + 34 * 2 * 5 + 4 * 2 * 5 + 4 * 30
+    # D = 128: PERF.md's 68 bytes per KV token and per (row, head).
+    assert count_work(HAND, 1, heads=64, head_dim=128).bytes == 68 * 30 + 68 * 64 * 5 + 4 * 64 * 5 + 4 * 30
+
+
+def test_roofline_is_the_slower_of_memory_and_compute():
+    limits = Limits(bw=4e12, peak=1e15, source="")
+    assert bench.roofline_seconds(Work(cells=0, flops=10**12, bytes=8 * 10**12), limits) == 2.0  # memory-bound
+    assert bench.roofline_seconds(Work(cells=0, flops=3 * 10**15, bytes=4 * 10**12), limits) == 3.0  # compute-bound
+
+
+def test_tables_have_perf_md_shapes():
+    mtp1 = TABLES["decode_mtp1"](1, 132)
+    pairs = [(s.batch, sum(c == 25_000 for c in s.contexts)) for s in mtp1 if s.label.startswith("seqs")]
+    assert pairs == [(1, 1), (8, 8), (32, 32), (128, 128), (32, 4), (128, 16), (132, 16), (263, 16)]
+    uniform = [(s.batch, s.max_seq_len) for s in mtp1 if s.label.startswith("B=")]
+    assert uniform == [(b, c) for b in (1, 32, 128) for c in (8192, 32768, 65536)]
+    assert all(s.total_q == s.batch and all(e == s.contexts[b] for b, _, e in s.rows) for s in mtp1)
+    (mtp4,) = [s for s in TABLES["decode_mtp4"](1, 132) if s.label == "seqs=32 long=4"]
+    assert [e for b, _, e in mtp4.rows if b == 0] == [mtp4.contexts[0] - 4 + 1 + j for j in range(4)]
+    for shape in TABLES["prefill_causal"](1, 132):
+        counts = shape.rows_per_sequence()
+        assert shape.total_q == 16_384 and min(counts) >= 800 and list(shape.contexts) == counts
+    fresh = [(s.batch, s.max_seq_len) for s in TABLES["prefill_fresh"](1, 132)]
+    assert fresh == [(1, 16_384), (2, 8192), (4, 4096)]
+    for shape in TABLES["prefill_chunked"](1, 132):
+        assert shape.rows_per_sequence() == [2048] * shape.batch
+        assert [e for b, _, e in shape.rows if b == 0] == list(range(25_001, 27_049))
+
+
+def test_variant_choice_per_table():
+    default = mx.default_variant("cpu")
+    assert bench.pick_variant("decode_mtp1", "cpu", None) == default
+    assert bench.pick_variant("decode_mtp2", "cpu", None) == default  # cpu has no q_per_block 2
+    grouped = bench.pick_variant("prefill_fresh", "cpu", None)
+    assert grouped.q_per_block == 4
+    assert grouped.block_k == min(v.block_k for v in mx.variants("cpu") if v.q_per_block == 4)
+    assert bench.pick_variant("decode_mtp4", "cpu", "qlen4_kv256").name == "qlen4_kv256"
+    with pytest.raises(ValueError, match="unknown variant"):
+        bench.pick_variant("decode_mtp1", "cpu", "nope")
+
+
+def test_guard_refuses_to_time_a_wrong_kernel(monkeypatch):
+    shape = TABLES["decode_mtp1"](16, 8)[0]
+    monkeypatch.setattr(bench, "pa_mqa_logits_mxfp4", lambda *args, out, **kwargs: out.zero_())
+    limits = Limits(1e9, 1e9, "")
+    with pytest.raises(bench.BenchError, match="outside .* not timing a wrong kernel"):
+        bench.bench_row(shape, mx.default_variant("cpu"), torch.device("cpu"), limits, 1, guard=True)
+
+
+def test_quick_run_writes_json(tmp_path):
+    path = tmp_path / "out.json"
+    args = ["bench", "--device", "cpu", "--quick", "--tables", "decode_mtp1", "--json", str(path)]
+    result = subprocess.run(
+        [sys.executable, "-m", "mxlogits", *args], capture_output=True, text=True, timeout=90, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert "quick: token counts and prefill rows are divided by 16" in result.stdout
+    doc = json.loads(path.read_text())
+    for key in ("device", "torch", "bw_tbps", "peak_tflops", "limits_source", "date", "git_commit", "summary"):
+        assert key in doc
+    assert doc["quick"] and doc["torch"] == torch.__version__ and doc["device_type"] == "cpu"
+    expected = TABLES["decode_mtp1"](16, mx.default_variant("cpu").cta_resident)
+    assert [r["shape"] for r in doc["results"]] == [s.label for s in expected]
+    assert sum(r["checked"] for r in doc["results"]) == 1
+    bw, peak = doc["bw_tbps"] * 1e12, doc["peak_tflops"] * 1e12
+    for r in doc["results"]:
+        assert r["table"] == "decode_mtp1" and r["variant"] == mx.default_variant("cpu").name
+        assert math.isclose(r["roofline_us"], max(r["bytes"] / bw, r["flops"] / peak) * 1e6, rel_tol=1e-9)
+        assert math.isclose(r["roofline_pct"], 100 * r["roofline_us"] / r["op_us"], rel_tol=1e-9)
+        assert math.isclose(r["tflops"], r["flops"] / r["op_us"] / 1e6, rel_tol=1e-9)
+        assert math.isclose(r["tbps"], r["bytes"] / r["op_us"] / 1e6, rel_tol=1e-9)
+    assert doc["summary"]["decode_mtp1"]["rows"] == len(expected)
+
+
+def test_unknown_table_and_missing_matplotlib_are_clear_errors(capsys, tmp_path):
+    for argv in (["--help"], ["bench", "--help"]):  # help texts are %-formatted by argparse
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 0
+    assert main(["bench", "--device", "cpu", "--tables", "decode"]) == 2
+    assert "unknown ['decode']" in capsys.readouterr().err
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert main(["bench", "--device", "cpu", "--plot", str(tmp_path / "p.png")]) == 2
+        assert "pip install 'mxlogits[bench]'" in capsys.readouterr().err

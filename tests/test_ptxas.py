@@ -1,0 +1,157 @@
+"""mxlogits-gen --ptxas: the parser on ptxas's own text, the verdict on spills and stack frames,
+and an end-to-end run on a stub cuda arch rendered from the real shared templates."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from mxlogits.device_flags import device_flags
+from mxlogits_codegen.cli import main as gen_main
+from mxlogits_codegen.cli import write
+from mxlogits_codegen.ptxas import parse_ptxas, short_name
+from mxlogits_codegen.render import render_all
+from mxlogits_codegen.table import load_table
+
+ROOT = Path(__file__).resolve().parents[1]
+STUBS = Path(__file__).resolve().parent / "fixtures" / "stub_arches"
+LOGITS = (
+    "_ZN8mxlogits4sm9013logits_kernelINS0_6TraitsINS_14InstanceTraitsILi1ELi64ELi132EEENS0_19Tunables_qlen1_kv64EEEEEv"
+    "NS_10KernelArgsE"
+)
+SCHED = "_ZN8mxlogits4sm9015schedule_kernelILi1ELi64EEEvNS_9SchedArgsE"
+
+# Captured from nvcc 13.0 -Xptxas -v (names replaced): an entry with smem and barriers, one
+# without smem, and a non-entry function that reports a frame but no registers.
+PTXAS_CLEAN = f"""\
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function '{LOGITS}' for 'sm_90a'
+ptxas info    : Function properties for {LOGITS}
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 90 registers, used 1 barriers, 8 bytes smem, 528 bytes cmem[0]
+ptxas info    : Compile time = 15.733 ms
+ptxas info    : Compiling entry function '{SCHED}' for 'sm_90a'
+ptxas info    : Function properties for {SCHED}
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 40 registers, used 1 barriers, 4096 bytes smem, 440 bytes cmem[0]
+ptxas info    : Function properties for _ZN8mxlogits4sm904body6helperEv
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+"""
+PTXAS_SPILL = f"""\
+ptxas info    : Compiling entry function '{LOGITS}' for 'sm_90a'
+ptxas info    : Function properties for {LOGITS}
+    856 bytes stack frame, 2040 bytes spill stores, 2044 bytes spill loads
+ptxas info    : Used 32 registers, used 0 barriers, 856 bytes cumulative stack size
+"""
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA toolkit)")
+
+
+def test_parser_reads_each_kernel():
+    logits, sched, helper = parse_ptxas(PTXAS_CLEAN)
+    assert (logits.name, logits.entry, logits.registers, logits.smem, logits.stack) == (LOGITS, True, 90, 8, 0)
+    assert (sched.registers, sched.smem) == (40, 4096)
+    assert (helper.entry, helper.registers, helper.clean) == (False, None, True)
+    assert all(f.clean for f in (logits, sched))
+
+
+def test_parser_flags_spills_and_stack():
+    (f,) = parse_ptxas(PTXAS_SPILL)
+    assert (f.registers, f.smem, f.stack, f.spill_stores, f.spill_loads) == (32, 0, 856, 2040, 2044)
+    assert not f.clean
+
+
+def test_short_name_drops_return_type_parameters_and_namespaces():
+    demangled = (
+        "void mxlogits::sm90::logits_kernel<mxlogits::sm90::Traits<mxlogits::InstanceTraits<1, 64, 132>, "
+        "mxlogits::sm90::Tunables_qlen1_kv64> >(mxlogits::KernelArgs)"
+    )
+    assert short_name(demangled) == "logits_kernel<Traits<InstanceTraits<1,64,132>,Tunables_qlen1_kv64>>"
+    assert short_name("void mxlogits::sm90::schedule_kernel<4, 64>(mxlogits::SchedArgs)") == "schedule_kernel<4,64>"
+    assert short_name("x" * 100, width=20) == "x" * 17 + "..."
+
+
+def test_device_flags_select_one_pass_per_family():
+    assert device_flags("cuda", "sm_90a") == ["-gencode=arch=compute_90a,code=sm_90a"]
+    assert device_flags("cuda", "sm_80") == ["-gencode=arch=compute_80,code=sm_80"]
+    assert device_flags("hip", "gfx950") == ["--offload-arch=gfx950"]
+    assert device_flags("host", "host") == []
+    with pytest.raises(ValueError, match="sm_<NN>"):
+        device_flags("cuda", "gfx950")
+
+
+CPU_ONLY = """\
+table: {heads: 64, head_dim: 128, page_size: 64}
+arches:
+  - name: cpu
+    family: host
+    target: host
+    flags: [-O3]
+    scale_layout: natural
+    budgets: {scratch_bytes: 1048576}
+instances:
+  - {arch: cpu, name: qlen1_kv64, q_per_block: 1, block_k: 64, cta_resident: 8, default: true}
+"""
+STUB_ARCH = """\
+  - name: stubcuda
+    family: cuda
+    target: sm_90a
+    flags: [-O3]
+    scale_layout: natural
+    budgets: {max_registers: 32}
+instances:
+"""
+TABLE = CPU_ONLY.replace("instances:\n", STUB_ARCH) + (
+    "  - {arch: stubcuda, name: clean, q_per_block: 1, block_k: 64, cta_resident: 8, default: true}\n"
+)
+SPILLING = "  - {arch: stubcuda, name: spill, q_per_block: 8, block_k: 64, cta_resident: 8}\n"
+
+
+def render_stub(tmp: Path, table: str) -> Path:
+    """The real templates plus the stub arches, rendered from `table` into tmp/generated."""
+    templates = tmp / "templates"
+    shutil.copytree(ROOT / "templates", templates)
+    for stub in STUBS.iterdir():
+        shutil.copytree(stub, templates / "arch" / stub.name)
+    (tmp / "instances.yaml").write_text(table)
+    write(tmp / "generated", render_all(load_table(tmp / "instances.yaml", templates), templates))
+    return tmp / "generated"
+
+
+@needs_nvcc
+def test_clean_stub_arch_reports_every_kernel(tmp_path, capsys):
+    generated = render_stub(tmp_path, TABLE)
+    assert gen_main(["--ptxas", "--out", str(generated)]) == 0
+    out = capsys.readouterr().out
+    assert "stubcuda   clean" in out and "logits_kernel<Traits<InstanceTraits<1,64,8>" in out
+    assert "schedule_kernel<1,64>" in out and "no spills, no stack frames" in out
+    assert "qlen1_kv64" not in out  # the host arch has no ptxas pass
+
+
+@needs_nvcc
+def test_spilling_instance_fails_and_is_named(tmp_path, capsys):
+    generated = render_stub(tmp_path, TABLE + SPILLING)
+    assert gen_main(["--ptxas", "--out", str(generated)]) == 1
+    captured = capsys.readouterr()
+    assert "stubcuda   spill" in captured.out
+    (failure,) = captured.err.strip().splitlines()
+    assert failure.startswith("mxlogits-gen: stubcuda spill: void mxlogits::stubcuda::logits_kernel<")
+    assert "bytes spill stores" in failure
+
+
+@needs_nvcc
+def test_compile_error_exits_2_with_the_compiler_output(tmp_path, capsys):
+    generated = render_stub(tmp_path, TABLE)
+    (generated / "stubcuda" / "instance_clean.cu").write_text("#include <c10/util/Exception.h>\n")
+    assert gen_main(["--ptxas", "--out", str(generated)]) == 2
+    err = capsys.readouterr().err
+    assert "instance_clean.cu does not compile" in err and "c10/util/Exception.h" in err
+    assert "must not include torch headers" in err
+
+
+def test_no_cuda_arch_is_not_an_error(tmp_path, capsys, monkeypatch):
+    generated = render_stub(tmp_path, CPU_ONLY)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvcc needed when there is nothing to compile
+    assert gen_main(["--ptxas", "--out", str(generated)]) == 0
+    assert "no cuda arch" in capsys.readouterr().out
