@@ -16,8 +16,8 @@ LaunchStatus launch_logits(const LaunchContext& ctx, const KernelArgs& args);
 
 // The tunables sm90 declares, as instance qlen1_kv64 sets them.
 struct Tunables_qlen1_kv64 {
-  static constexpr int stages = 12;
-  static constexpr int warpgroups = 3;
+  static constexpr int stages = 16;
+  static constexpr int warpgroups = 4;
   static constexpr int ctas_per_sm = 1;
 };
 using Traits_qlen1_kv64 = Traits<InstanceTraits<1, 64, 132>, Tunables_qlen1_kv64>;
@@ -25,7 +25,7 @@ extern template LaunchStatus launch_schedule<Traits_qlen1_kv64>(const LaunchCont
 extern template LaunchStatus launch_logits<Traits_qlen1_kv64>(const LaunchContext&, const KernelArgs&);
 // The tunables sm90 declares, as instance qlen2_kv64 sets them.
 struct Tunables_qlen2_kv64 {
-  static constexpr int stages = 12;
+  static constexpr int stages = 16;
   static constexpr int warpgroups = 2;
   static constexpr int ctas_per_sm = 1;
 };
@@ -34,7 +34,7 @@ extern template LaunchStatus launch_schedule<Traits_qlen2_kv64>(const LaunchCont
 extern template LaunchStatus launch_logits<Traits_qlen2_kv64>(const LaunchContext&, const KernelArgs&);
 // The tunables sm90 declares, as instance qlen4_kv64 sets them.
 struct Tunables_qlen4_kv64 {
-  static constexpr int stages = 12;
+  static constexpr int stages = 16;
   static constexpr int warpgroups = 2;
   static constexpr int ctas_per_sm = 1;
 };
