@@ -10,6 +10,16 @@
 namespace mxlogits::sched {
 
 inline constexpr int kSchedThreads = 512;
+// Scratch entries the builder stages in shared memory (200 KiB): every record's binary searches
+// over the tile tables then read on-chip instead of chasing global memory, which is most of
+// the plan's time. Larger plans use the scratch in global memory, with the same results.
+inline constexpr int64_t kStagedScratch = 200 * 1024 / sizeof(int64_t);
+
+// Dynamic shared memory bytes the schedule launch asks for: the whole scratch, or none.
+MXL_HD inline int64_t staged_bytes(const SchedArgs& a, int q_per_block) {
+  const int64_t len = scratch_len(a.num_rows, a.batch, q_per_block);
+  return len <= kStagedScratch ? len * int64_t(sizeof(int64_t)) : 0;
+}
 
 // out[i] = f(0) + ... + f(i) for i in [0, n): each thread sums a contiguous slice, the slices'
 // totals are scanned in shared memory (Hillis-Steele), then each thread writes its slice.
@@ -34,11 +44,15 @@ __device__ inline void block_inclusive_scan(int64_t* out, int64_t n, int64_t* pa
   __syncthreads();  // the next phase reads what other threads wrote
 }
 
-// Launched as one block of kSchedThreads threads; writes what build_schedule_host writes.
+// Launched as one block of kSchedThreads threads with staged_bytes() of dynamic shared memory at
+// `staged`; writes what build_schedule_host writes.
 template <int QPB, int BK>
-__device__ inline void build_schedule_block(const SchedArgs& a) {
+__device__ inline void build_schedule_block(const SchedArgs& global, int64_t* staged) {
   __shared__ int64_t partial[kSchedThreads];
   const int tid = threadIdx.x;
+  const int64_t staged_len = staged_bytes(global, QPB) / int64_t(sizeof(int64_t));
+  SchedArgs a = global;
+  if (staged_len > 0) a.scratch = staged;
   if constexpr (QPB > 1) {
     int64_t* st = seq_tiles(a);
     if (tid == 0) st[0] = 0;
@@ -53,6 +67,7 @@ __device__ inline void build_schedule_block(const SchedArgs& a) {
   for (int64_t j = tid; j < a.num_records; j += kSchedThreads) records[j] = record_at<QPB, BK>(a, j);
   CtaRange* ranges = reinterpret_cast<CtaRange*>(a.cta_ranges);
   for (int64_t c = tid; c < a.num_ctas; c += kSchedThreads) ranges[c] = cta_range<QPB>(a, c);
+  for (int64_t i = tid; i < staged_len; i += kSchedThreads) global.scratch[i] = staged[i];  // the plan's copy
 }
 
 }  // namespace mxlogits::sched

@@ -192,15 +192,15 @@ __device__ inline void fragments(uint32_t (&frag)[sizeof...(S)][4], const uint4&
 // overlaps the tensor cores and only two pairs of fragments are ever live.
 template <int N, int S>
 __device__ inline void issue_pair(float (&d)[N / 2], uint32_t (&frag)[2][4], uint32_t (&previous)[2][4],
-                                  const uint4& v0, const uint4& v1, uint32_t m0, uint32_t m1, const void* b) {
+                                  const uint4& v0, const uint4& v1, uint32_t m0, uint32_t m1, uint64_t b) {
   if constexpr (S >= 4) {
     atom::wait<1>();
     atom::pin(frag);
   }
   fragments<S>(frag, v0, v1, m0, m1, std::make_integer_sequence<int, 2>{});
   atom::fence();
-  atom::Mma<N>::run(d, frag[0], atom::b_descriptor(b, S, 0), S);
-  atom::Mma<N>::run(d, frag[1], atom::b_descriptor(b, S + 1, 0), 1);
+  atom::Mma<N>::run(d, frag[0], b + atom::b_advance(S, 0), S);
+  atom::Mma<N>::run(d, frag[1], b + atom::b_advance(S + 1, 0), 1);
   atom::commit();
   atom::pin(previous);
 }
@@ -242,61 +242,88 @@ __device__ inline void reduce_store(const KernelArgs& a, const Shared<T>& sh, co
   }
 }
 
-// One page: wait for its slot, convert, 8 wgmma k-steps, then relu * w summed over heads and
-// written for the tokens inside each row's window (NaN for a page outside kv_cache).
+// One page in registers: the block of this thread's two tokens, their scales, and where the
+// page's results go. A page outside kv_cache leaves zeros and NaN factors (NaN cells).
+struct Page {
+  uint4 v0, v1;
+  uint32_t m0, m1;  // bf16x2 block multipliers
+  float f0, f1;     // the tokens' factors 2^(m - 127), or NaN
+  int64_t token0;
+};
+
 template <class T>
-__device__ void consume_page(const KernelArgs& a, Shared<T>& sh, uint32_t g, int64_t token0, int64_t row0) {
-  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32, q = lane % 4;
+__device__ inline Page load_page(Shared<T>& sh, uint32_t g, int64_t token0) {
+  const int t = threadIdx.x % 128, lane = t % 32, q = lane % 4, r0 = atom::a_row(t / 32, lane, 0);
   const int s = g % T::STAGES;
   mbar_wait(&sh.full[s], (g / T::STAGES) & 1);
-  const int r0 = atom::a_row(warp, lane, 0);
   const uint8_t* slot = sh.kv[s];
   const bool page_ok = sh.page[s] >= 0;
-  uint4 v0 = make_uint4(0, 0, 0, 0), v1 = v0;
+  Page p{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0, 0.f, 0.f, token0};
   uint32_t sc0 = 0, sc1 = 0;
   if (page_ok) {
-    v0 = *reinterpret_cast<const uint4*>(slot + r0 * kRowBytes + q * (kScaleBlock / 2));
-    v1 = *reinterpret_cast<const uint4*>(slot + (r0 + 8) * kRowBytes + q * (kScaleBlock / 2));
+    p.v0 = *reinterpret_cast<const uint4*>(slot + r0 * kRowBytes + q * (kScaleBlock / 2));
+    p.v1 = *reinterpret_cast<const uint4*>(slot + (r0 + 8) * kRowBytes + q * (kScaleBlock / 2));
     sc0 = *reinterpret_cast<const uint32_t*>(slot + kPageValueBytes + r0 * kRowScales);
     sc1 = *reinterpret_cast<const uint32_t*>(slot + kPageValueBytes + (r0 + 8) * kRowScales);
   }
   mbar_arrive(&sh.empty[s]);
   const uint32_t mx0 = convert::max_exponent(sc0), mx1 = convert::max_exponent(sc1);
   const float nan = __uint_as_float(0x7FC00000u);
-  const float f0 = page_ok ? convert::row_factor(mx0) : nan, f1 = page_ok ? convert::row_factor(mx1) : nan;
-  const uint32_t m0 = convert::block_multiplier((sc0 >> (8 * q)) & 0xFFu, mx0);
-  const uint32_t m1 = convert::block_multiplier((sc1 >> (8 * q)) & 0xFFu, mx1);
-  constexpr int kRows = T::N_PASS / kHeads;  // query rows of one pass
-  if constexpr (T::N == T::N_PASS) {  // one pass: conversion pipelined under the tensor cores
-    static_assert(kHeadDim / atom::kK == 8, "four pairs of k-steps");
-    float d[T::N / 2];
-    uint32_t fa[2][4], fb[2][4];
-    issue_pair<T::N, 0>(d, fa, fb, v0, v1, m0, m1, sh.q);
-    issue_pair<T::N, 2>(d, fb, fa, v0, v1, m0, m1, sh.q);
-    issue_pair<T::N, 4>(d, fa, fb, v0, v1, m0, m1, sh.q);
-    issue_pair<T::N, 6>(d, fb, fa, v0, v1, m0, m1, sh.q);
-    atom::wait<0>();
-    atom::pin(fa);
-    atom::pin(fb);
-    atom::pin(d);
-    reduce_store<T, kRows>(a, sh, d, 0, token0, row0, f0, f1);
-  } else {  // N in passes of 128 columns (two query rows): one pass's accumulators at a time
-    uint32_t frag[kHeadDim / atom::kK][4];
-    fragments<0>(frag, v0, v1, m0, m1, std::make_integer_sequence<int, kHeadDim / atom::kK>{});
-#pragma unroll
-    for (int pass = 0; pass < T::N / T::N_PASS; ++pass) {
-      float d[T::N_PASS / 2];
-      atom::fence();
-#pragma unroll
-      for (int k = 0; k < kHeadDim / atom::kK; ++k) {
-        atom::Mma<T::N_PASS>::run(d, frag[k], atom::b_descriptor(sh.q, k, pass * T::N_PASS), k);
-      }
-      atom::commit();
-      atom::wait<0>();
-      atom::pin(d);
-      reduce_store<T, kRows>(a, sh, d, pass * kRows, token0, row0, f0, f1);
+  p.f0 = page_ok ? convert::row_factor(mx0) : nan;
+  p.f1 = page_ok ? convert::row_factor(mx1) : nan;
+  p.m0 = convert::block_multiplier((sc0 >> (8 * q)) & 0xFFu, mx0);
+  p.m1 = convert::block_multiplier((sc1 >> (8 * q)) & 0xFFu, mx1);
+  return p;
+}
+
+// A single-pass page: its 8 k-steps issued in pipelined pairs into d, then retired.
+template <class T>
+__device__ inline void multiply_page(const Page& p, uint64_t desc, float (&d)[T::N / 2]) {
+  static_assert(T::N == T::N_PASS && kHeadDim / atom::kK == 8, "one pass, four pairs of k-steps");
+  uint32_t fa[2][4], fb[2][4];
+  issue_pair<T::N, 0>(d, fa, fb, p.v0, p.v1, p.m0, p.m1, desc);
+  issue_pair<T::N, 2>(d, fb, fa, p.v0, p.v1, p.m0, p.m1, desc);
+  issue_pair<T::N, 4>(d, fa, fb, p.v0, p.v1, p.m0, p.m1, desc);
+  issue_pair<T::N, 6>(d, fb, fa, p.v0, p.v1, p.m0, p.m1, desc);
+  atom::wait<0>();
+  atom::pin(fa);
+  atom::pin(fb);
+  atom::pin(d);
+}
+
+// The pages i0, i0 + step, ... (< pages) of a record, each converted, multiplied (in passes of
+// 128 columns when the tile has more) and reduced in turn.
+template <class T>
+__device__ void consume_pages(const KernelArgs& a, Shared<T>& sh, uint64_t desc, uint32_t g, int64_t first,
+                              int64_t i0, int64_t pages, int64_t row0) {
+  constexpr int step = T::MATH_WARPGROUPS, kRows = T::N_PASS / kHeads;
+  if constexpr (T::N == T::N_PASS) {
+    for (int64_t i = i0; i < pages; i += step) {
+      const Page p = load_page<T>(sh, g + uint32_t(i), (first + i) * kPageSize);
+      float d[T::N / 2];
+      multiply_page<T>(p, desc, d);
+      reduce_store<T, kRows>(a, sh, d, 0, p.token0, row0, p.f0, p.f1);
     }
-    atom::pin(frag);
+  } else {  // N in passes of 128 columns (two query rows): one pass's accumulators at a time
+    for (int64_t i = i0; i < pages; i += step) {
+      const Page p = load_page<T>(sh, g + uint32_t(i), (first + i) * kPageSize);
+      uint32_t frag[kHeadDim / atom::kK][4];
+      fragments<0>(frag, p.v0, p.v1, p.m0, p.m1, std::make_integer_sequence<int, kHeadDim / atom::kK>{});
+#pragma unroll
+      for (int pass = 0; pass < T::N / T::N_PASS; ++pass) {
+        float d[T::N_PASS / 2];
+        atom::fence();
+#pragma unroll
+        for (int k = 0; k < kHeadDim / atom::kK; ++k) {
+          atom::Mma<T::N_PASS>::run(d, frag[k], desc + atom::b_advance(k, pass * T::N_PASS), k);
+        }
+        atom::commit();
+        atom::wait<0>();
+        atom::pin(d);
+        reduce_store<T, kRows>(a, sh, d, pass * kRows, p.token0, row0, p.f0, p.f1);
+      }
+      atom::pin(frag);
+    }
   }
 }
 
@@ -304,6 +331,7 @@ template <class T>
 __device__ void consume(const KernelArgs& a, Shared<T>& sh, int begin, int end) {
   const int tid = threadIdx.x, wg = tid / 128;
   const auto* records = reinterpret_cast<const CtaRecord*>(a.cta_info);
+  const uint64_t desc = atom::b_descriptor(sh.q);
   uint32_t g = 0;  // the producer's page count, walked in the same order
   for (int j = begin; j < end; ++j) {
     const CtaRecord r = records[j];
@@ -315,10 +343,8 @@ __device__ void consume(const KernelArgs& a, Shared<T>& sh, int begin, int end) 
     math_barrier(T::MATH_THREADS);
     const int64_t first = span.lo / kPageSize, pages = (span.hi - 1) / kPageSize + 1 - first;
     // Page g of the CTA's sequence goes to warpgroup g % MATH_WARPGROUPS.
-    for (int64_t i = (wg - int(g % T::MATH_WARPGROUPS) + T::MATH_WARPGROUPS) % T::MATH_WARPGROUPS; i < pages;
-         i += T::MATH_WARPGROUPS) {
-      consume_page<T>(a, sh, g + uint32_t(i), (first + i) * kPageSize, r.row_id);
-    }
+    const int64_t i0 = (wg - int(g % T::MATH_WARPGROUPS) + T::MATH_WARPGROUPS) % T::MATH_WARPGROUPS;
+    consume_pages<T>(a, sh, desc, g, first, i0, pages, r.row_id);
     g += uint32_t(pages);
   }
 }
@@ -357,14 +383,19 @@ inline LaunchStatus last_launch_status() {
 template <int QPB, int BK>
 __global__ void __launch_bounds__(sched::kSchedThreads) schedule_kernel(const SchedArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  sched::build_schedule_block<QPB, BK>(a);
+  extern __shared__ int64_t staged[];
+  sched::build_schedule_block<QPB, BK>(a, staged);
 #endif
 }
 
 template <class T>
 LaunchStatus launch_schedule(const LaunchContext& ctx, const SchedArgs& args) {
-  schedule_kernel<T::Q_PER_BLOCK, T::BLOCK_K>
-      <<<1, sched::kSchedThreads, 0, static_cast<cudaStream_t>(ctx.stream)>>>(args);
+  const auto kernel = schedule_kernel<T::Q_PER_BLOCK, T::BLOCK_K>;
+  const int bytes = int(sched::staged_bytes(args, T::Q_PER_BLOCK));
+  const cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                                                      cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e != cudaSuccess) return LaunchStatus{int(e), cudaGetErrorString(e)};
+  kernel<<<1, sched::kSchedThreads, bytes, static_cast<cudaStream_t>(ctx.stream)>>>(args);
   return last_launch_status();
 }
 

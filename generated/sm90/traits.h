@@ -18,7 +18,7 @@ struct Traits : Instance, Tunables {
   static constexpr int MAX_REGISTERS_FIT = 65536 / (Tunables::ctas_per_sm * ((THREADS + 127) / 128 * 128)) / 8 * 8;
   static constexpr int MAX_REGISTERS = MAX_REGISTERS_FIT < 255 ? MAX_REGISTERS_FIT : 255;
   static constexpr int N = Instance::Q_PER_BLOCK * kHeads;  // every head of every row of the tile
-  static constexpr int N_PASS = N < 128 ? N : 128;  // wgmma N of one pass: at most 64 accumulators
+  static constexpr int N_PASS = N < Tunables::pass_columns ? N : Tunables::pass_columns;  // wgmma N of one pass
   static constexpr int KV_ALIGN = 16;  // bulk copies need 16-byte aligned pages and strides
   static constexpr int64_t SMEM_BUDGET = 232448;
   static_assert(N % N_PASS == 0 && N_PASS % kHeads == 0, "passes of whole query rows");
