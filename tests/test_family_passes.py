@@ -1,0 +1,86 @@
+"""The family guard keeps a body's device code on its own compilation pass only, so one TU builds for
+several targets (a fat binary) and the launch functions exist on the host pass: the real sm90 instance
+compiles with an sm_80, a plain sm_90 (no wgmma there) and its own sm_90a pass in one nvcc command."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+GENERATED = ROOT / "generated"
+
+NEEDS_NVCC = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+
+
+def nvcc(tu: Path, *gencodes: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    cmd = ["nvcc", "-c", "-o", str(tmp_path / "tu.o"), "-x", "cu", str(tu), f"-I{GENERATED}", "-std=c++17", "-O1"]
+    cmd += [f"-gencode=arch=compute_{g},code=sm_{g}" for g in gencodes]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
+@NEEDS_NVCC
+def test_sm90_instance_builds_a_fat_binary_whose_other_passes_are_stubs(tmp_path):
+    tu = GENERATED / "sm90" / "instance_qlen1_kv64.cu"
+    run = nvcc(tu, "80", "90", "90a", tmp_path=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+
+
+@NEEDS_NVCC
+def test_without_the_feature_guard_a_plain_sm90_pass_rejects_the_body(tmp_path):
+    """The control: the same body with its guard reduced to __CUDA_ARCH__ == 900 fails on plain sm_90,
+    so the passing build above is the guard's doing."""
+    copy = tmp_path / "generated"
+    shutil.copytree(GENERATED, copy)
+    body = copy / "sm90" / "body.h"
+    text = body.read_text()
+    assert "defined(__CUDA_ARCH_FEAT_SM90_ALL)" in text
+    body.write_text(text.replace(" && defined(__CUDA_ARCH_FEAT_SM90_ALL)", ""))
+    cmd = ["nvcc", "-c", "-o", str(tmp_path / "tu.o"), "-x", "cu", str(copy / "sm90" / "instance_qlen1_kv64.cu"),
+           f"-I{copy}", "-std=c++17", "-O1", "-gencode=arch=compute_90,code=sm_90"]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert run.returncode != 0 and "wgmma" in (run.stdout + run.stderr)
+
+
+HIP_TABLE = """\
+table: {heads: 64, head_dim: 128, page_size: 64}
+arches:
+  - name: cpu
+    family: host
+    target: host
+    flags: [-O3]
+    scale_layout: natural
+    budgets: {scratch_bytes: 1048576}
+  - name: stubhip
+    family: hip
+    target: gfx950
+    flags: [-O3]
+    scale_layout: natural
+    budgets: {unused: 1}
+instances:
+  - {arch: cpu, name: qlen1_kv64, q_per_block: 1, block_k: 64, cta_resident: 8, default: true}
+  - {arch: stubhip, name: qlen1_kv64, q_per_block: 1, block_k: 64, cta_resident: 8, default: true}
+  - {arch: stubhip, name: qlen4_kv64, q_per_block: 4, block_k: 64, cta_resident: 8}
+"""
+CLANG = shutil.which("clang++-22") or shutil.which("clang++")
+
+
+@pytest.mark.skipif(CLANG is None, reason="no clang with HIP support installed")
+@pytest.mark.parametrize("side", ["--cuda-device-only", "--cuda-host-only"])
+def test_stub_hip_arch_compiles_on_its_device_pass_and_the_host_pass(tmp_path, side):
+    """A hip arch rendered from the shared templates: the schedule driver and launch plumbing build for
+    gfx950 and for the host (no ROCm here: a shim declares the runtime API)."""
+    from test_ptxas import render_stub
+
+    generated = render_stub(tmp_path, HIP_TABLE)
+    shim = Path(__file__).resolve().parent / "fixtures" / "hip_shim.h"
+    for tu in sorted((generated / "stubhip").glob("instance_*.hip")):
+        cmd = [CLANG, "-x", "hip", "--offload-arch=gfx950", side, "-nogpuinc", "-nogpulib", "-std=c++17", "-O2",
+               "-S", "-o", "-", "-include", str(shim), f"-I{generated}", str(tu)]
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stderr[-3000:]
+        # The device pass holds the guarded schedule driver (its block barriers); the host pass only launches.
+        assert ("s_barrier" in run.stdout) == (side == "--cuda-device-only")
