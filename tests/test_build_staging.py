@@ -1,0 +1,47 @@
+"""The build cache's key and its staging: the device compiler's version is part of a module's name, and a
+build happens in a staging directory renamed into place, so a killed build never leaves a half module."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from mxlogits import build
+from mxlogits.manifest import manifest
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(build.CACHE_DIR_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(build.JIT_ENV, "1")
+    return tmp_path / "cache"
+
+
+def test_module_name_changes_with_the_device_compiler(monkeypatch):
+    cuda = dataclasses.replace(manifest().arches["cpu"], name="fake", family="cuda", target="sm_90a")
+    names = set()
+    for version in ("Cuda compilation tools, release 13.0", "Cuda compilation tools, release 13.4"):
+        monkeypatch.setattr(build, "device_compiler_version", lambda family, v=version: v)
+        names.add(build.module_name(cuda))
+    assert len(names) == 2
+
+
+def test_a_build_that_dies_leaves_no_module_and_the_next_one_completes(cache, monkeypatch):
+    def killed(arch, directory, name, build_dir):
+        (build_dir / f"{name}.so").write_bytes(b"half a module")
+        raise KeyboardInterrupt  # the process is stopped mid-link
+
+    monkeypatch.setattr(build, "_compile", killed)
+    with pytest.raises(KeyboardInterrupt):
+        build.built_library("cpu")
+    assert build.cached_library("cpu") is None
+    assert not [p for p in cache.rglob("*.so") if ".building" not in str(p)], "a half module is in place"
+
+    def complete(arch, directory, name, build_dir):
+        assert not any(build_dir.iterdir()), "the staging directory starts empty"
+        (build_dir / f"{name}.so").write_bytes(b"a module")
+
+    monkeypatch.setattr(build, "_compile", complete)
+    library = build.built_library("cpu")
+    assert library.read_bytes() == b"a module" and build.cached_library("cpu") == library
+    assert not list(cache.glob("*.building")), "the staging directory was renamed into place"

@@ -1,0 +1,76 @@
+"""Arch-declared tunables: an arch record names extra integer instance keys with a default and a range;
+instances may set them, they reach the instance's traits, and anything else still fails with file:line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from mxlogits_codegen.render import render_all
+from mxlogits_codegen.table import TableError, load_table
+
+TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
+TABLE = """\
+table: {heads: 64, head_dim: 128, page_size: 64}
+arches:
+  - name: cpu
+    family: host
+    target: host
+    flags: [-O3]
+    scale_layout: natural
+    budgets: {scratch_bytes: 1048576}
+    tunables:
+      stages: {default: 4, min: 2, max: 8}
+instances:
+  - {arch: cpu, name: qlen1_kv64, q_per_block: 1, block_k: 64, cta_resident: 8, default: true}
+  - {arch: cpu, name: qlen4_kv64, q_per_block: 4, block_k: 64, cta_resident: 8, stages: 6}
+"""
+
+
+def load(tmp_path: Path, text: str):
+    path = tmp_path / "instances.yaml"
+    path.write_text(text)
+    return load_table(path, TEMPLATES)
+
+
+def test_values_and_defaults_reach_the_traits_and_the_manifest(tmp_path):
+    table = load(tmp_path, TABLE)
+    files = render_all(table, TEMPLATES)
+    entry = files["cpu/entry.h"]
+    for name, value in (("qlen1_kv64", 4), ("qlen4_kv64", 6)):
+        block = entry.split(f"struct Tunables_{name} {{")[1].split("};")[0]
+        assert f"static constexpr int stages = {value};" in block
+        assert f"Traits<InstanceTraits<" in entry and f"Tunables_{name}>;" in entry
+    manifest = json.loads(files["manifest.json"])
+    assert manifest["arches"]["cpu"]["tunables"] == ["stages"]
+    assert {i["name"]: i["tunables"] for i in manifest["instances"]} == {
+        "qlen1_kv64": {"stages": 4},
+        "qlen4_kv64": {"stages": 6},
+    }
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "line", "message"),
+    [
+        ("stages: 6}", "stagez: 6}", 13, r"instances\[1\]\.stagez: expected one of .*'stages'.*found unknown key 'stagez'"),
+        ("stages: 6}", "stages: 9}", 13, r"instances\[1\]\.stages: expected an integer in \[2, 8\], found 9"),
+        ("stages: 6}", "stages: 2.5}", 13, r"instances\[1\]\.stages: expected an integer in \[2, 8\], found 2\.5"),
+        ("default: 4, min: 2", "default: 1, min: 2", 10, r"tunables\.stages\.default: expected an integer in \[2, 8\]"),
+        ("min: 2, max: 8", "min: 2, max: 1", 10, r"tunables\.stages\.max: expected an integer >= min \(2\), found 1"),
+        ("      stages: {", "      block_k: {", 10, r"tunables\.block_k: expected a name that is not an instance column"),
+        ("{default: 4, min: 2, max: 8}", "{default: 4, min: 2}", 10, r"tunables\.stages\.max: expected this key"),
+    ],
+)
+def test_bad_tunables_name_the_file_line_key_expected_and_found(tmp_path, old, new, line, message):
+    text = TABLE.replace(old, new, 1)
+    assert text != TABLE
+    with pytest.raises(TableError, match=message) as err:
+        load(tmp_path, text)
+    assert str(err.value).startswith(f"{tmp_path / 'instances.yaml'}:{line}: ")
+
+
+def test_an_arch_without_tunables_refuses_the_key(tmp_path):
+    text = TABLE.replace("    tunables:\n      stages: {default: 4, min: 2, max: 8}\n", "")
+    with pytest.raises(TableError, match=r":11: instances\[1\]\.stages: expected one of .*found unknown key 'stages'"):
+        load(tmp_path, text)
