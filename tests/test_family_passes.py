@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from tables import CPU_TABLE_HEAD
 
 ROOT = Path(__file__).resolve().parents[1]
 GENERATED = ROOT / "generated"
@@ -45,21 +46,12 @@ def test_without_the_feature_guard_a_plain_sm90_pass_rejects_the_body(tmp_path):
     assert run.returncode != 0 and "wgmma" in (run.stdout + run.stderr)
 
 
-HIP_TABLE = """\
-table: {heads: 64, head_dim: 128, page_size: 64}
-arches:
-  - name: cpu
-    family: host
-    target: host
-    flags: [-O3]
-    scale_layout: natural
-    budgets: {scratch_bytes: 1048576}
+HIP_TABLE = CPU_TABLE_HEAD + """\
   - name: stubhip
     family: hip
     target: gfx950
     flags: [-O3]
     scale_layout: natural
-    budgets: {unused: 1}
 instances:
   - {arch: cpu, name: qlen1_kv64, q_per_block: 1, block_k: 64, cta_resident: 8, default: true}
   - {arch: stubhip, name: qlen1_kv64, q_per_block: 1, block_k: 64, cta_resident: 8, default: true}

@@ -13,6 +13,7 @@ from mxlogits_codegen.cli import write
 from mxlogits_codegen.ptxas import parse_ptxas, short_name
 from mxlogits_codegen.render import render_all
 from mxlogits_codegen.table import load_table
+from tables import CPU_TABLE_HEAD
 
 ROOT = Path(__file__).resolve().parents[1]
 STUBS = Path(__file__).resolve().parent / "fixtures" / "stub_arches"
@@ -81,15 +82,7 @@ def test_device_flags_select_one_pass_per_family():
         device_flags("cuda", "gfx950")
 
 
-CPU_ONLY = """\
-table: {heads: 64, head_dim: 128, page_size: 64}
-arches:
-  - name: cpu
-    family: host
-    target: host
-    flags: [-O3]
-    scale_layout: natural
-    budgets: {scratch_bytes: 1048576}
+CPU_ONLY = CPU_TABLE_HEAD + """\
 instances:
   - {arch: cpu, name: qlen1_kv64, q_per_block: 1, block_k: 64, cta_resident: 8, default: true}
 """

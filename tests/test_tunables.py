@@ -4,22 +4,16 @@ instances may set them, they reach the instance's traits, and anything else stil
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 from mxlogits_codegen.render import render_all
 from mxlogits_codegen.table import TableError, load_table
+from tables import CPU_TABLE_HEAD
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
-TABLE = """\
-table: {heads: 64, head_dim: 128, page_size: 64}
-arches:
-  - name: cpu
-    family: host
-    target: host
-    flags: [-O3]
-    scale_layout: natural
-    budgets: {scratch_bytes: 1048576}
+TABLE = CPU_TABLE_HEAD + """\
     tunables:
       stages: {default: 4, min: 2, max: 8}
 instances:
@@ -57,7 +51,7 @@ def test_values_and_defaults_reach_the_traits_and_the_manifest(tmp_path):
         ("stages: 6}", "stages: 9}", 13, r"instances\[1\]\.stages: expected an integer in \[2, 8\], found 9"),
         ("stages: 6}", "stages: 2.5}", 13, r"instances\[1\]\.stages: expected an integer in \[2, 8\], found 2\.5"),
         ("default: 4, min: 2", "default: 1, min: 2", 10, r"tunables\.stages\.default: expected an integer in \[2, 8\]"),
-        ("min: 2, max: 8", "min: 2, max: 1", 10, r"tunables\.stages\.max: expected an integer >= min \(2\), found 1"),
+        ("min: 2, max: 8", "min: 2, max: 1", 10, r"stages\.max: expected an integer in \[min \(2\), .*found 1"),
         ("      stages: {", "      block_k: {", 10, r"tunables\.block_k: expected a name that is not an instance column"),
         ("{default: 4, min: 2, max: 8}", "{default: 4, min: 2}", 10, r"tunables\.stages\.max: expected this key"),
     ],
@@ -67,10 +61,11 @@ def test_bad_tunables_name_the_file_line_key_expected_and_found(tmp_path, old, n
     assert text != TABLE
     with pytest.raises(TableError, match=message) as err:
         load(tmp_path, text)
-    assert str(err.value).startswith(f"{tmp_path / 'instances.yaml'}:{line}: ")
+    assert re.match(rf"{re.escape(str(tmp_path / 'instances.yaml'))}:{line}:\d+: ", str(err.value)), err.value
 
 
 def test_an_arch_without_tunables_refuses_the_key(tmp_path):
     text = TABLE.replace("    tunables:\n      stages: {default: 4, min: 2, max: 8}\n", "")
-    with pytest.raises(TableError, match=r":11: instances\[1\]\.stages: expected one of .*found unknown key 'stages'"):
+    message = r":11:\d+: instances\[1\]\.stages: expected one of .*found unknown key 'stages'"
+    with pytest.raises(TableError, match=message):
         load(tmp_path, text)

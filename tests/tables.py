@@ -1,0 +1,13 @@
+"""The head of the small instance tables codegen tests build on: the table line and a cpu arch record
+(8 lines, so a test's own lines start at 9)."""
+
+CPU_TABLE_HEAD = """\
+table: {heads: 64, head_dim: 128, page_size: 64}
+arches:
+  - name: cpu
+    family: host
+    target: host
+    flags: [-O3]
+    scale_layout: natural
+    budgets: {scratch_bytes: 1048576}
+"""
