@@ -1,6 +1,6 @@
 """mxlogits-gen: regenerate generated/ from instances.yaml and templates/.
 
-mxlogits-gen            write what changed, delete what no instance produces any more
+mxlogits-gen            write what changed, delete generated files no instance produces any more
 mxlogits-gen --check    exit 1 with a diff if generated/ is stale (CI)
 mxlogits-gen --list     print the files it would write
 mxlogits-gen --ptxas    compile generated/'s cuda instance TUs, report registers/smem/spills (CI)
@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import sys
 from pathlib import Path
 
-from .render import RenderError, render_all
+from .render import RenderError, is_generated, render_all
 from .table import TableError, load_table
 
 
@@ -28,10 +29,27 @@ def _existing(out: Path) -> dict[str, str]:
     if not out.is_dir():
         return {}
     return {
-        p.relative_to(out).as_posix(): p.read_text()
+        p.relative_to(out).as_posix(): p.read_bytes().decode("utf-8", errors="replace")
         for p in sorted(out.rglob("*"))
         if p.is_file() and "__pycache__" not in p.parts
     }
+
+
+def _listed(have: dict[str, str]) -> set[str]:
+    """The files the output tree's manifest.json (the previous run's) lists."""
+    try:
+        doc = json.loads(have.get("manifest.json", ""))
+        return {"manifest.json", *(path for arch in doc["arches"].values() for path in arch["files"])}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return set()
+
+
+def foreign_files(out: Path) -> list[str]:
+    """Files under `out` that mxlogits-gen did not write: neither carrying its header nor listed by
+    the manifest there. It refuses to write into a tree that holds any."""
+    have = _existing(out)
+    listed = _listed(have)
+    return [path for path, text in have.items() if path not in listed and not is_generated(text)]
 
 
 def stale_report(out: Path, want: dict[str, str]) -> list[str]:
@@ -54,7 +72,8 @@ def stale_report(out: Path, want: dict[str, str]) -> list[str]:
 
 
 def write(out: Path, want: dict[str, str]) -> tuple[list[str], list[str]]:
-    """Write changed files, delete files nothing renders; returns (written, deleted)."""
+    """Write changed files, delete generated files nothing renders; returns (written, deleted).
+    The caller has checked that `out` holds no foreign_files()."""
     have = _existing(out)
     written, deleted = [], []
     for path, text in sorted(want.items()):
@@ -66,8 +85,9 @@ def write(out: Path, want: dict[str, str]) -> tuple[list[str], list[str]]:
     for path in sorted(set(have) - set(want)):
         (out / path).unlink()
         deleted.append(path)
-    for d in sorted((p for p in out.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
-        if not any(d.iterdir()):
+        for d in (out / path).parents:  # directories the deletions emptied, up to out
+            if d == out or any(d.iterdir()):
+                break
             d.rmdir()
     return written, deleted
 
@@ -103,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     except (TableError, RenderError) as e:
         print(f"mxlogits-gen: {e}", file=sys.stderr)
         return 2
+    if out.exists() and not out.is_dir():
+        print(f"mxlogits-gen: --out {out}: expected a directory, found a file", file=sys.stderr)
+        return 2
 
     if args.list:
         for path in sorted(want):
@@ -118,6 +141,16 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"mxlogits-gen: {out} is up to date ({len(want)} files)")
         return 0
+    foreign = foreign_files(out)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        print(
+            f"mxlogits-gen: --out {out}: expected a directory holding only files mxlogits-gen wrote (its header, or "
+            f"listed in its manifest.json), found {len(foreign)} other file(s): {shown}; nothing was written or "
+            f"deleted: move them, or pick another --out",
+            file=sys.stderr,
+        )
+        return 2
     written, deleted = write(out, want)
     for path in written:
         print(f"wrote   generated/{path}")

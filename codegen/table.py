@@ -1,17 +1,23 @@
 """Load and validate instances.yaml.
 
-Every error names the file and line, the key, what was expected and what was found, so a
-kernel engineer editing the table is pointed at the exact cell to fix.
+Every error names the file, line and column, the key, what was expected and what was found, so
+a kernel engineer editing the table is pointed at the exact cell to fix. A row the templates
+cannot compile is refused here, not by the first JIT build: integers outside int32, an
+instance over a budget its arch computes, a flag its compiler rejects, a non-finite tolerance.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import jinja2
 import yaml
 from yaml.constructor import SafeConstructor
+
+from .flags import rejected_flags
 
 SUPPORTED_HEADS = (32, 64)
 SUPPORTED_HEAD_DIMS = (64, 128)
@@ -27,6 +33,10 @@ SCALE_LAYOUTS = ("natural", "mfma_permuted")
 # SPEC §3: the bound of an instance whose products and accumulation are exact in fp32.
 DEFAULT_ATOL = 1e-2
 DEFAULT_RTOL = 2e-5
+# Every integer of an instance reaches C++ as an `int` (template arguments, constexprs).
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+# Budget `use` expressions: Jinja2 expressions, an undefined name is an error.
+_EXPRESSIONS = jinja2.Environment(undefined=jinja2.StrictUndefined)
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -54,15 +64,35 @@ class Tunable:
 
 
 @dataclass(frozen=True)
+class Budget:
+    """A limit the arch's templates read (`budgets.<name>`) and its body static_asserts each
+    instance against. `use`, when given, is what one instance needs: an expression over its
+    columns, its tunables, heads, head_dim and page_size, evaluated for every row so that one
+    over the limit is refused with its YAML line."""
+
+    name: str
+    limit: int
+    use: str | None
+    line: int = field(compare=False)
+    column: int = field(compare=False)
+
+
+@dataclass(frozen=True)
 class Arch:
     name: str
     family: str
     target: str
     flags: tuple[str, ...]
+    sanitize_flags: tuple[str, ...]  # added to flags by MXLOGITS_SANITIZE=1 (host arches)
     scale_layout: str
-    budgets: tuple[tuple[str, int], ...]
+    budgets: tuple[Budget, ...]
     tunables: tuple[Tunable, ...]
     line: int = field(compare=False)
+    column: int = field(compare=False)
+
+    @property
+    def limits(self) -> dict[str, int]:
+        return {b.name: b.limit for b in self.budgets}
 
 
 @dataclass(frozen=True)
@@ -77,6 +107,7 @@ class Instance:
     rtol: float
     tunables: tuple[tuple[str, int], ...]  # (name, value) of every tunable its arch declares
     line: int = field(compare=False)
+    column: int = field(compare=False)
 
 
 @dataclass(frozen=True)
@@ -96,8 +127,11 @@ class _Reader:
     def __init__(self, path: Path):
         self.path = path
 
+    def where(self, node: yaml.Node) -> str:
+        return f"{self.path}:{node.start_mark.line + 1}:{node.start_mark.column + 1}"
+
     def error(self, node: yaml.Node, key: str, expected: str, found: object) -> TableError:
-        return TableError(f"{self.path}:{node.start_mark.line + 1}: {key}: expected {expected}, found {found}")
+        return TableError(f"{self.where(node)}: {key}: expected {expected}, found {found}")
 
     def value(self, node: yaml.Node):
         return SafeConstructor().construct_object(node, deep=True)
@@ -133,8 +167,8 @@ class _Reader:
 
     def number(self, node: yaml.Node, key: str) -> float:
         v = self.value(node)
-        if type(v) not in (int, float) or not v > 0:
-            raise self.error(node, key, "a positive number", repr(v))
+        if type(v) not in (int, float) or not (math.isfinite(v) and v > 0):
+            raise self.error(node, key, "a finite positive number", repr(v))
         return float(v)
 
     def string(self, node: yaml.Node, key: str, expected: str = "a non-empty string", choices=None) -> str:
@@ -180,39 +214,87 @@ def _table(r: _Reader, node: yaml.Node) -> Table:
 
 def _arch(r: _Reader, node: yaml.Node, i: int, templates: Path) -> Arch:
     key = f"arches[{i}]"
-    keys = ("name", "family", "target", "flags", "scale_layout", "budgets")
-    m = r.mapping(node, key, keys + ("tunables",), keys)
+    keys = ("name", "family", "target", "flags", "scale_layout")
+    m = r.mapping(node, key, keys + ("budgets", "sanitize_flags", "tunables"), keys)
     name = r.identifier(m["name"], f"{key}.name")
     for part in ("traits.h.j2", "body.h.j2"):
         if not (templates / "arch" / name / part).is_file():
             raise r.error(
                 m["name"], f"{key}.name", f"an arch with templates/arch/{name}/{part}", f"no such template for {name!r}"
             )
-    flags = [r.string(f, f"{key}.flags[{j}]") for j, f in enumerate(r.sequence(m["flags"], f"{key}.flags"))]
-    budgets_node = m["budgets"]
-    if not isinstance(budgets_node, yaml.MappingNode) or not budgets_node.value:
-        raise r.error(
-            budgets_node, f"{key}.budgets", "a non-empty mapping of name: positive integer", r._describe(budgets_node)
-        )
-    budgets = []
-    for knode, vnode in budgets_node.value:
-        bname = r.identifier(knode, f"{key}.budgets")
-        budgets.append((bname, r.integer(vnode, f"{key}.budgets.{bname}", "a positive integer", lambda v: v > 0)))
     fam = r.string(m["family"], f"{key}.family", f"one of {list(FAMILIES)}", FAMILIES)
     pattern, meaning = TARGETS[fam]
     target = r.string(m["target"], f"{key}.target")
     if not re.fullmatch(pattern, target):
         raise r.error(m["target"], f"{key}.target", f"a {fam} target ({meaning})", repr(target))
+    flags = _flags(r, m["flags"], f"{key}.flags", fam, ())
+    sanitize = _flags(r, m["sanitize_flags"], f"{key}.sanitize_flags", fam, flags) if "sanitize_flags" in m else ()
+    tunables = _tunables(r, m["tunables"], f"{key}.tunables") if "tunables" in m else ()
     return Arch(
         name=name,
         family=fam,
         target=target,
-        flags=tuple(flags),
+        flags=flags,
+        sanitize_flags=sanitize,
         scale_layout=r.string(m["scale_layout"], f"{key}.scale_layout", f"one of {list(SCALE_LAYOUTS)}", SCALE_LAYOUTS),
-        budgets=tuple(sorted(budgets)),
-        tunables=_tunables(r, m["tunables"], f"{key}.tunables") if "tunables" in m else (),
+        budgets=_budgets(r, m["budgets"], f"{key}.budgets", tunables) if "budgets" in m else (),
+        tunables=tunables,
         line=node.start_mark.line + 1,
+        column=node.start_mark.column + 1,
     )
+
+
+def _flags(r: _Reader, node: yaml.Node, key: str, family: str, base: tuple[str, ...]) -> tuple[str, ...]:
+    """A list of compiler flags the family's compiler accepts (after `base`), when that compiler is here."""
+    nodes = r.sequence(node, key)
+    flags = tuple(r.string(f, f"{key}[{j}]") for j, f in enumerate(nodes))
+    complaint = rejected_flags(family, base + flags)
+    if complaint is None:
+        return flags
+    for j, f in enumerate(nodes):  # name the first flag the compiler rejects on its own
+        alone = rejected_flags(family, base + (flags[j],))
+        if alone is not None:
+            raise r.error(f, f"{key}[{j}]", f"a flag the {family} compiler accepts", f"{flags[j]!r}: {alone}")
+    raise r.error(node, key, f"flags the {family} compiler accepts together", complaint)
+
+
+_INSTANCE_NAMES = ("q_per_block", "block_k", "cta_resident", "heads", "head_dim", "page_size")
+
+
+def _budgets(r: _Reader, node: yaml.Node, key: str, tunables: tuple[Tunable, ...]) -> tuple[Budget, ...]:
+    """`budgets: {name: limit}` or `{name: {limit: N, use: "expression"}}`."""
+    if not isinstance(node, yaml.MappingNode):
+        raise r.error(node, key, "a mapping of name: positive integer or {limit, use}", r._describe(node))
+    positive = f"an integer in [1, {INT32_MAX}]"
+    out: list[Budget] = []
+    for knode, vnode in node.value:
+        name = r.identifier(knode, key)
+        bkey = f"{key}.{name}"
+        if name in (b.name for b in out):
+            raise r.error(knode, bkey, "each budget once", "a duplicate key")
+        use = None
+        if isinstance(vnode, yaml.MappingNode):
+            m = r.mapping(vnode, bkey, ("limit", "use"), ("limit",))
+            limit = r.integer(m["limit"], f"{bkey}.limit", positive, lambda v: 1 <= v <= INT32_MAX)
+            if "use" in m:
+                use = r.string(m["use"], f"{bkey}.use", "an expression string")
+                names = _INSTANCE_NAMES + tuple(t.name for t in tunables)
+                _evaluate(r, m["use"], f"{bkey}.use", use, dict.fromkeys(names, 1))
+        else:
+            limit = r.integer(vnode, bkey, f"{positive} or {{limit, use}}", lambda v: 1 <= v <= INT32_MAX)
+        out.append(Budget(name, limit, use, knode.start_mark.line + 1, knode.start_mark.column + 1))
+    return tuple(sorted(out, key=lambda b: b.name))
+
+
+def _evaluate(r: _Reader, node: yaml.Node, key: str, use: str, names: dict[str, int]) -> int:
+    """The integer value of the budget expression `use` (at `node`) with `names` bound."""
+    try:
+        value = _EXPRESSIONS.compile_expression(use)(**names)
+    except (jinja2.TemplateError, ArithmeticError, TypeError) as e:
+        raise r.error(node, key, f"an integer expression over {sorted(names)}", f"{use!r}: {e}") from None
+    if type(value) is not int:
+        raise r.error(node, key, "an expression with an integer value", f"{use!r} = {value!r}")
+    return value
 
 
 _RESERVED_KEYS = ("arch", "name", "q_per_block", "block_k", "cta_resident", "default", "atol", "rtol")
@@ -228,8 +310,10 @@ def _tunables(r: _Reader, node: yaml.Node, key: str) -> tuple[Tunable, ...]:
         if name in _RESERVED_KEYS or name in (t.name for t in out):
             raise r.error(knode, f"{key}.{name}", "a name that is not an instance column nor declared twice", repr(name))
         m = r.mapping(vnode, f"{key}.{name}", ("default", "min", "max"), ("default", "min", "max"))
-        lo = r.integer(m["min"], f"{key}.{name}.min", "an integer", lambda v: True)
-        hi = r.integer(m["max"], f"{key}.{name}.max", f"an integer >= min ({lo})", lambda v: v >= lo)
+        int32 = f"an integer in [{INT32_MIN}, {INT32_MAX}]"
+        lo = r.integer(m["min"], f"{key}.{name}.min", int32, lambda v: INT32_MIN <= v <= INT32_MAX)
+        hi = r.integer(m["max"], f"{key}.{name}.max", f"an integer in [min ({lo}), {INT32_MAX}]",
+                       lambda v: lo <= v <= INT32_MAX)
         default = r.integer(m["default"], f"{key}.{name}.default", f"an integer in [{lo}, {hi}]", lambda v: lo <= v <= hi)
         out.append(Tunable(name, default, lo, hi))
     return tuple(out)
@@ -257,23 +341,50 @@ def _instance(r: _Reader, node: yaml.Node, i: int, table: Table, arches: dict[st
         for t in declared
     )
     page = table.page_size
-    return Instance(
+    count = f"an integer in [1, {INT32_MAX}]"
+    inst = Instance(
         arch=arch,
         name=r.identifier(m["name"], f"{key}.name"),
-        q_per_block=r.integer(m["q_per_block"], f"{key}.q_per_block", "an integer >= 1", lambda v: v >= 1),
+        q_per_block=r.integer(m["q_per_block"], f"{key}.q_per_block", count, lambda v: 1 <= v <= INT32_MAX),
         block_k=r.integer(
             m["block_k"],
             f"{key}.block_k",
-            f"a positive multiple of table.page_size ({page})",
-            lambda v: v > 0 and v % page == 0,
+            f"a positive multiple of table.page_size ({page}) up to {INT32_MAX}",
+            lambda v: 0 < v <= INT32_MAX and v % page == 0,
         ),
-        cta_resident=r.integer(m["cta_resident"], f"{key}.cta_resident", "an integer >= 1", lambda v: v >= 1),
+        cta_resident=r.integer(m["cta_resident"], f"{key}.cta_resident", count, lambda v: 1 <= v <= INT32_MAX),
         default=r.boolean(m["default"], f"{key}.default") if "default" in m else False,
         atol=r.number(m["atol"], f"{key}.atol") if "atol" in m else DEFAULT_ATOL,
         rtol=r.number(m["rtol"], f"{key}.rtol") if "rtol" in m else DEFAULT_RTOL,
         tunables=tunables,
         line=node.start_mark.line + 1,
+        column=node.start_mark.column + 1,
     )
+    _within_budgets(r, node, key, inst, table, arches[arch])
+    return inst
+
+
+def _within_budgets(r: _Reader, node: yaml.Node, key: str, inst: Instance, table: Table, arch: Arch) -> None:
+    names = dict(
+        q_per_block=inst.q_per_block,
+        block_k=inst.block_k,
+        cta_resident=inst.cta_resident,
+        heads=table.heads,
+        head_dim=table.head_dim,
+        page_size=table.page_size,
+        **dict(inst.tunables),
+    )
+    for b in arch.budgets:
+        if b.use is None:
+            continue
+        need = _evaluate(r, node, key, b.use, names)
+        if need > b.limit:
+            raise r.error(
+                node,
+                key,
+                f"an instance within budget {b.name} = {b.limit} of arch {arch.name!r} (line {b.line})",
+                f"one that needs {need} ({b.use})",
+            )
 
 
 def _cross_checks(path: Path, arches: tuple[Arch, ...], instances: tuple[Instance, ...]) -> None:
@@ -281,7 +392,7 @@ def _cross_checks(path: Path, arches: tuple[Arch, ...], instances: tuple[Instanc
     for a in arches:
         if a.name in seen_arch:
             raise TableError(
-                f"{path}:{a.line}: arches.name: expected a unique arch name, "
+                f"{path}:{a.line}:{a.column}: arches.name: expected a unique arch name, "
                 f"found {a.name!r} again (first at line {seen_arch[a.name].line})"
             )
         seen_arch[a.name] = a
@@ -291,13 +402,13 @@ def _cross_checks(path: Path, arches: tuple[Arch, ...], instances: tuple[Instanc
         first = by_name.setdefault((inst.arch, inst.name), inst)
         if first is not inst:
             raise TableError(
-                f"{path}:{inst.line}: instances.name: expected a unique (arch, name), "
+                f"{path}:{inst.line}:{inst.column}: instances.name: expected a unique (arch, name), "
                 f"found ({inst.arch!r}, {inst.name!r}) again (first at line {first.line})"
             )
         first = by_shape.setdefault((inst.arch, inst.q_per_block, inst.block_k), inst)
         if first is not inst:
             raise TableError(
-                f"{path}:{inst.line}: instances.(q_per_block, block_k): expected one instance per "
+                f"{path}:{inst.line}:{inst.column}: instances.(q_per_block, block_k): expected one instance per "
                 f"(q_per_block, block_k) of arch {inst.arch!r}, found ({inst.q_per_block}, {inst.block_k}) "
                 f"in both {first.name!r} (line {first.line}) and {inst.name!r}"
             )
@@ -306,7 +417,7 @@ def _cross_checks(path: Path, arches: tuple[Arch, ...], instances: tuple[Instanc
         if len(defaults) != 1:
             found = ", ".join(f"{i.name!r} (line {i.line})" for i in defaults) or "none"
             raise TableError(
-                f"{path}:{a.line}: instances.default: expected exactly one default instance of arch "
+                f"{path}:{a.line}:{a.column}: instances.default: expected exactly one default instance of arch "
                 f"{a.name!r}, found {found}"
             )
 
@@ -316,12 +427,21 @@ def load_table(path: Path, templates: Path) -> InstanceTable:
     path = Path(path)
     r = _Reader(path)
     try:
-        root = yaml.compose(path.read_text(), Loader=yaml.SafeLoader)
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise TableError(f"{path}: expected a readable instance table (UTF-8 YAML), found: {e}") from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        what = " ".join(part for part in (e.context, e.problem) if part)
+        raise TableError(f"{where}: expected valid YAML, found a syntax error: {what}") from None
     except yaml.YAMLError as e:
-        raise TableError(f"{path}: not valid YAML: {e}") from None
+        raise TableError(f"{path}: expected valid YAML, found: {e}") from None
     if root is None:
         raise TableError(
-            f"{path}:1: (top level): expected a mapping with table, arches, instances, found an empty file"
+            f"{path}:1:1: (top level): expected a mapping with table, arches, instances, found an empty file"
         )
     top = r.mapping(root, "(top level)", ("table", "arches", "instances"), ("table", "arches", "instances"))
     table = _table(r, top["table"])

@@ -24,8 +24,10 @@ probed once per device; each arch's module is built on first use and cached
 (MXLOGITS_CACHE_DIR; MXLOGITS_JIT=0 forbids building).
 """
 
+from . import deepgemm_compat, indexer
 from .arch import arch_of
 from .build import built_library, cache_dir, jit_enabled
+from .indexer import Indexer, IndexerBatch, decode_batch, prefill_batch, variant_for
 from .manifest import MqaLogitsVariant, default_variant, tolerance, variants
 from .mxfp4 import dequantize_mxfp4, quantize_mxfp4
 from .op import pa_mqa_logits_mxfp4
@@ -34,6 +36,8 @@ from .plan import MqaLogitsBuffers, MqaLogitsPlan, block_table_width, plan, plan
 from .reference import reference_logits
 
 __all__ = [
+    "Indexer",
+    "IndexerBatch",
     "MqaLogitsBuffers",
     "MqaLogitsPlan",
     "MqaLogitsVariant",
@@ -41,17 +45,22 @@ __all__ = [
     "block_table_width",
     "built_library",
     "cache_dir",
+    "decode_batch",
+    "deepgemm_compat",
     "default_variant",
     "dequantize_mxfp4",
     "fused_kv_cache",
+    "indexer",
     "jit_enabled",
     "pa_mqa_logits_mxfp4",
     "plan",
     "plan_buffers",
+    "prefill_batch",
     "quantize_mxfp4",
     "reference_logits",
     "split_fused_pages",
     "tolerance",
+    "variant_for",
     "variants",
     "write_paged_kv",
 ]

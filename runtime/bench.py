@@ -1,6 +1,7 @@
 """python -m mxlogits bench: PERF.md's tables on this device, each row as µs, TFLOP/s, TB/s and % of
 roofline (roofline time / measured time, roofline time = max(bytes / BW, flops / PEAK)).
---sweep times each row at grids of 1..4 x the SM count instead: how cta_resident is chosen."""
+--sweep times each row at grids of 1..4 x the SM count instead: how cta_resident is chosen. --tune
+rebuilds a variant at each combination of its arch's compile-time tunables and benches each (bench_tune)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import platform
 import statistics
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -58,18 +60,32 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--json", type=Path, help="write every result and the run's metadata here")
     ap.add_argument("--plot", type=Path, help="draw %% of roofline per table here (needs matplotlib: mxlogits[bench])")
     ap.add_argument("--sweep", action="store_true", help="time each row at 1..4 x SMs CTAs; print the best grid")
+    ap.add_argument(
+        "--tune",
+        action="append",
+        metavar="NAME=V1,V2[;NAME2=...]",
+        help="rebuild the variant(s) (--variant: comma-separated, default: those the tables use) at every "
+        "combination of these values of the arch's tunables (or cta_resident), bench each, print the best; "
+        "repeatable. Needs jinja2 and pyyaml (mxlogits[codegen]) and a checkout",
+    )
+    ap.add_argument("--tune-root", type=Path, help="checkout whose instances.yaml and templates/ --tune starts from")
+
+
+def table_variant(table: str, default: MqaLogitsVariant, own: Sequence[MqaLogitsVariant]) -> MqaLogitsVariant:
+    """Of an arch's variants `own`: the one with the table's q_per_block (the default when it has that
+    q_per_block, else the smallest block_k), else the default."""
+    want = TABLE_Q_PER_BLOCK[table]
+    if want is None or default.q_per_block == want:
+        return default
+    matching = [v for v in own if v.q_per_block == want]
+    return min(matching, key=lambda v: v.block_k) if matching else default
 
 
 def pick_variant(table: str, arch: str, override: str | None) -> MqaLogitsVariant:
-    """The table's variant: the override, else the arch's variant with the table's q_per_block
-    (the default when it has that q_per_block, else the smallest block_k), else the default."""
+    """The table's variant: the override, else table_variant of the arch's compiled variants."""
     if override:
         return resolve_variant(override, arch)
-    default, want = default_variant(arch), TABLE_Q_PER_BLOCK[table]
-    if want is None or default.q_per_block == want:
-        return default
-    matching = [v for v in variants(arch) if v.q_per_block == want]
-    return min(matching, key=lambda v: v.block_k) if matching else default
+    return table_variant(table, default_variant(arch), variants(arch))
 
 
 def roofline_seconds(work: Work, limits: Limits) -> float:
@@ -235,9 +251,10 @@ def sweep_grids(rows: list[tuple[Shape, MqaLogitsVariant]], device, limits, repe
 def _git_commit() -> str | None:
     here = Path(__file__).resolve().parent
     try:
-        commit = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True)
+        commit = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"],
+                                capture_output=True, text=True, check=False)  # fmt: skip
         dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True)  # fmt: skip
+                               capture_output=True, text=True, check=False)  # fmt: skip
     except OSError:
         return None
     if commit.returncode != 0:
@@ -283,6 +300,10 @@ def _argument_error(args: argparse.Namespace) -> str | None:
         return f"--repeats: expected >= 1, found {args.repeats}"
     if args.plot and args.sweep:
         return "--plot draws the tables' rows, which --sweep does not produce"
+    if args.tune and (args.sweep or args.plot):
+        return "--tune runs one bench per combination and prints its own table: no --sweep or --plot with it"
+    if args.tune_root and not args.tune:
+        return "--tune-root is where --tune starts from: give --tune too"
     if args.plot:
         try:
             import matplotlib  # noqa: F401
@@ -299,6 +320,10 @@ def run(args: argparse.Namespace, device: torch.device) -> int:
         return 2
     device = normalize_device(device)
     arch = arch_of(device)
+    if args.tune:
+        from .bench_tune import run_tune  # imports the code generator (jinja2, pyyaml) when it runs
+
+        return run_tune(args, device, arch)
     quick = device.type != "cuda" if args.quick is None else args.quick
     scale = QUICK_SCALE if quick else 1
     repeats = args.repeats or (30 if device.type == "cuda" else 3)

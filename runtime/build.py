@@ -5,7 +5,8 @@ the host compiler, the device compiler's version and (for host arches built with
 -march=native) the host CPU; a file lock makes concurrent first uses build once, and a build
 happens in a temporary directory renamed into place, so a killed build never leaves a half
 module. MXLOGITS_CACHE_DIR moves the cache; MXLOGITS_JIT=0 turns building off, so a missing
-module is an error instead of a compile on the serving path.
+module is an error instead of a compile on the serving path. MXLOGITS_SANITIZE=1 builds with the
+arch record's sanitize_flags too (ASan and UBSan on the host arch), under its own cache key.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from .manifest import ArchRecord, manifest
 
 CACHE_DIR_ENV = "MXLOGITS_CACHE_DIR"
 JIT_ENV = "MXLOGITS_JIT"
+SANITIZE_ENV = "MXLOGITS_SANITIZE"
 
 _lock = threading.Lock()
 _loaded: dict[str, str] = {}  # arch -> op namespace
@@ -44,6 +46,24 @@ def cache_dir() -> Path:
 
 def jit_enabled() -> bool:
     return os.environ.get(JIT_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def sanitize_enabled() -> bool:
+    return os.environ.get(SANITIZE_ENV, "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+def build_flags(arch: ArchRecord) -> list[str]:
+    """The arch's compiler flags, plus its sanitize_flags under MXLOGITS_SANITIZE=1."""
+    return [*arch.flags, *(arch.sanitize_flags if sanitize_enabled() else ())]
+
+
+def _check_sanitizable(arch: ArchRecord) -> None:
+    if sanitize_enabled() and not arch.sanitize_flags:
+        raise RuntimeError(
+            f"mxlogits: {SANITIZE_ENV}=1: expected sanitize_flags in the record of arch {arch.name} "
+            f"(instances.yaml), found none; a GPU arch's device code is checked with compute-sanitizer instead: "
+            f"unset {SANITIZE_ENV} for it"
+        )
 
 
 def _host_cpu() -> str:
@@ -77,7 +97,7 @@ def module_name(arch: ArchRecord) -> str:
     """Name of the built module: the arch and a hash of everything the binary depends on."""
     key = {
         "sources": arch.source_hash,
-        "flags": arch.flags,
+        "flags": build_flags(arch),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "hip": torch.version.hip,
@@ -114,10 +134,11 @@ def _compile(arch: ArchRecord, directory: Path, name: str, build_dir: Path) -> N
     from torch.utils import cpp_extension
 
     sources = [str(directory / s) for s in arch.sources]
-    flags = list(arch.flags)
+    flags = build_flags(arch)
     device_code = arch.family != "host"
+    sanitized = " with sanitizers" if sanitize_enabled() else ""
     print(
-        f"mxlogits: building the {arch.name} kernels (first use of this build: a minute or more), "
+        f"mxlogits: building the {arch.name} kernels{sanitized} (first use of this build: a minute or more), "
         f"cached in {build_dir}",
         file=sys.stderr,
         flush=True,
@@ -154,6 +175,7 @@ def built_library(arch_name: str) -> Path:
     """Path of the built module of `arch_name`, building it (under a file lock) if JIT is on."""
     m = manifest()
     arch = m.arches[arch_name]
+    _check_sanitizable(arch)
     library, done = _paths(arch)
     if done.is_file():
         return library
@@ -191,9 +213,9 @@ def load(arch_name: str) -> str:
 
 
 def _register_fakes(namespace: str) -> None:
-    """Meta implementations, so the ops trace under torch.compile: both only write their
-    `(a!)` arguments in place and return nothing."""
-    for op in ("pa_mqa_logits_mxfp4", "build_schedule"):
+    """Meta implementations, so the ops trace under torch.compile: each only checks or writes its
+    `(a!)` arguments in place, and returns nothing."""
+    for op in ("pa_mqa_logits_mxfp4", "build_schedule", "check_logits", "check_schedule"):
         torch.library.register_fake(f"{namespace}::{op}")(lambda *args, **kwargs: None)
 
 

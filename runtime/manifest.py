@@ -29,6 +29,7 @@ class ArchRecord:
     family: str  # host | cuda | hip
     target: str
     flags: tuple[str, ...]
+    sanitize_flags: tuple[str, ...]  # added to flags by MXLOGITS_SANITIZE=1
     scale_layout: str
     dispatch_key: str
     op_namespace: str
@@ -73,6 +74,7 @@ def manifest() -> Manifest:
             family=a["family"],
             target=a["target"],
             flags=tuple(a["flags"]),
+            sanitize_flags=tuple(a["sanitize_flags"]),
             scale_layout=a["scale_layout"],
             dispatch_key=a["dispatch_key"],
             op_namespace=a["op_namespace"],

@@ -6,7 +6,9 @@ import torch
 
 from .arch import arch_of
 from .build import ops
-from .plan import MqaLogitsPlan
+from .manifest import manifest
+from .plan import MqaLogitsPlan, count_arg
+from .validate import check_launch
 
 
 def pa_mqa_logits_mxfp4(
@@ -37,10 +39,14 @@ def pa_mqa_logits_mxfp4(
     3. a row of no live sequence has an empty window, and only such a row may have a
        negative row_to_batch;
     4. at q_per_block > 1, cu_seq_q[batch] <= total_q.
-    Everything else is checked before any launch and raises naming the argument.
+    Everything else is checked before any launch (and before `out` is allocated) and raises naming
+    the argument; a plan built with the checked mode (plan(validate=True) or MXLOGITS_VALIDATE=1)
+    also has the contract and every page id its windows read checked here, with one host sync.
+    A page id outside [0, num_pages) makes the cells of its tokens NaN, on every arch.
     """
     if not isinstance(plan, MqaLogitsPlan):
         raise TypeError(f"mxlogits: plan: expected an MqaLogitsPlan from plan(), found {type(plan).__name__}")
+    plan.check_current()
     if not isinstance(q, torch.Tensor):
         raise TypeError(f"mxlogits: q: expected a tensor, found {type(q).__name__}")
     device = q.device
@@ -67,32 +73,41 @@ def pa_mqa_logits_mxfp4(
             raise TypeError(f"mxlogits: {name}: expected a tensor, found {type(t).__name__}")
         if t.device != device:
             raise ValueError(f"mxlogits: {name}: expected a tensor on {device} (that of q), found {t.device}")
-    if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int):
-        raise TypeError(f"mxlogits: max_seq_len: expected an int, found {type(max_seq_len).__name__}")
+    count_arg(max_seq_len, "max_seq_len", 0)
+    if torch.is_grad_enabled():
+        for name, t in (("weights", weights), ("out", out)):
+            if t is not None and t.requires_grad:
+                raise ValueError(
+                    f"mxlogits: {name}: expected a tensor that requires no gradient (pa_mqa_logits_mxfp4 has no "
+                    f"backward: its logits only select tokens), found requires_grad=True; pass {name}.detach() or "
+                    f"call it under torch.no_grad()"
+                )
     if block_tables.dim() == 2 and block_tables.shape[0] < plan.batch:
         raise ValueError(
             f"mxlogits: block_tables: expected at least {plan.batch} rows (the plan's batch), "
             f"found shape {tuple(block_tables.shape)}"
         )
-    if out is None:
-        out = torch.full((q.shape[0], max_seq_len), float("-inf"), dtype=torch.float32, device=device)
     v = plan.variant
-    ops(arch).pa_mqa_logits_mxfp4(
-        q,
-        q_scale,
-        kv_cache,
-        kv_scale,
-        block_tables,
-        weights,
-        plan.buffers.cta_info,
-        plan.buffers.cta_ranges,
-        plan.local_ends,
-        plan.local_starts,
-        out,
-        plan.num_rows,
-        max_seq_len,
-        float(weight_scale),
-        v.q_per_block,
-        v.block_k,
+    module = ops(arch)
+    leading = (q, q_scale, kv_cache, kv_scale, block_tables, weights, plan.buffers.cta_info, plan.buffers.cta_ranges,
+               plan.local_ends, plan.local_starts)
+    if out is None or plan.checked is not None:  # every C++ check, before an allocation or a host read
+        module.check_logits(*leading, out, plan.num_rows, max_seq_len, v.q_per_block, v.block_k)
+    if plan.checked is not None:
+        check_launch(plan.checked, block_tables, kv_cache.shape[0], manifest().page_size, max_seq_len)
+    if out is None:
+        out = _new_out(q.shape[0], max_seq_len, device)
+    module.pa_mqa_logits_mxfp4(
+        *leading, out, plan.num_rows, max_seq_len, float(weight_scale), v.q_per_block, v.block_k
     )
     return out
+
+
+def _new_out(rows: int, max_seq_len: int, device: torch.device) -> torch.Tensor:
+    try:
+        return torch.full((rows, max_seq_len), float("-inf"), dtype=torch.float32, device=device)
+    except RuntimeError as e:  # torch.OutOfMemoryError is one
+        raise RuntimeError(
+            f"mxlogits: out: allocating [{rows}, {max_seq_len}] fp32 ({rows * max_seq_len * 4} bytes) on {device} "
+            f"failed: {e}; pass a preallocated out="
+        ) from None

@@ -3,13 +3,28 @@ module on the tensors' device (no host sync, CUDA-graph friendly)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from .arch import arch_of, normalize_device
 from .build import ops
 from .manifest import MqaLogitsVariant, manifest, resolve_variant, variants
+from .validate import CheckedWindows, check_plan, validate_enabled
+
+INT32_MAX = 2**31 - 1
+
+
+class PlanCount:
+    """How many plans were built into one set of buffers. A plan is current while the count is
+    the one it was built at: a compare on the host, so no device sync and nothing a CUDA graph
+    would have to capture. torch.compile traces neither the count nor the compare (a guard on a
+    count would recompile every forward): a plan traced with its op is current by construction."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
 
 
 @dataclass(frozen=True, eq=False)
@@ -24,17 +39,21 @@ class MqaLogitsBuffers:
     cta_info: torch.Tensor  # int32 [max_tiles + num_ctas, 7]: schedule records
     cta_ranges: torch.Tensor  # int32 [num_ctas, 2]: records of each CTA
     scratch: torch.Tensor  # int64: the builder's tile cut and chunk prefix
+    plans: PlanCount = field(default_factory=PlanCount, repr=False)  # shared by copies: same storage
 
 
 @dataclass(frozen=True, eq=False)
 class MqaLogitsPlan:
-    """One forward's schedule: valid for the device, variant and windows it was built from."""
+    """One forward's schedule: valid for the device, variant and windows it was built from, until
+    the next plan() into the same buffers overwrites it."""
 
     buffers: MqaLogitsBuffers
     num_rows: int
     batch: int
     local_ends: torch.Tensor
     local_starts: torch.Tensor | None
+    generation: int | None  # buffers.plans.value once this plan was built; None: built under torch.compile
+    checked: CheckedWindows | None = None  # the checked mode's windows; None: the op checks nothing more
 
     @property
     def variant(self) -> MqaLogitsVariant:
@@ -48,12 +67,25 @@ class MqaLogitsPlan:
     def num_ctas(self) -> int:
         return self.buffers.num_ctas
 
+    def check_current(self) -> None:
+        """Raise unless this is the newest plan built into its buffers (in eager code)."""
+        if self.generation is None or torch.compiler.is_compiling():
+            return
+        now = self.buffers.plans.value
+        if self.generation != now:
+            raise ValueError(
+                f"mxlogits: plan: expected the newest plan of its buffers, found a stale one (plan {self.generation} "
+                f"of these buffers, which now hold plan {now}); a plan is valid until the next plan() into the same "
+                f"buffers: use that one, or give each live plan its own plan_buffers()"
+            )
 
-def _count(value, name: str, minimum: int) -> int:
+
+def count_arg(value, name: str, minimum: int) -> int:
+    """`value` as an int in [minimum, INT32_MAX] (what every count of the ABI is), else raise naming `name`."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"mxlogits: {name}: expected an int, found {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"mxlogits: {name}: expected an int >= {minimum}, found {value}")
+    if not minimum <= value <= INT32_MAX:
+        raise ValueError(f"mxlogits: {name}: expected an int in [{minimum}, {INT32_MAX}], found {value}")
     return value
 
 
@@ -70,23 +102,24 @@ def plan_buffers(
     of the logits launch (default: the variant's cta_resident). Builds the arch's module on
     first use.
     """
+    count_arg(total_q, "total_q", 0)
+    count_arg(batch, "batch", 0)
+    if num_ctas is not None:
+        count_arg(num_ctas, "num_ctas", 1)
     dev = normalize_device(device)
     v = resolve_variant(variant, arch_of(dev))
-    _count(total_q, "total_q", 0)
-    _count(batch, "batch", 0)
-    if num_ctas is not None:
-        _count(num_ctas, "num_ctas", 1)
     ctas, records, scratch_len, _ = ops(v.arch).schedule_sizes(total_q, batch, v.q_per_block, v.block_k, num_ctas or 0)
-    return MqaLogitsBuffers(
-        variant=v,
-        device=dev,
-        total_q=total_q,
-        batch=batch,
-        num_ctas=ctas,
-        cta_info=torch.zeros((records, 7), dtype=torch.int32, device=dev),
-        cta_ranges=torch.zeros((ctas, 2), dtype=torch.int32, device=dev),
-        scratch=torch.zeros((scratch_len,), dtype=torch.int64, device=dev),
-    )
+    try:
+        cta_info = torch.zeros((records, 7), dtype=torch.int32, device=dev)
+        cta_ranges = torch.zeros((ctas, 2), dtype=torch.int32, device=dev)
+        scratch = torch.zeros((scratch_len,), dtype=torch.int64, device=dev)
+    except RuntimeError as e:  # torch.OutOfMemoryError is one
+        size = records * 7 * 4 + ctas * 2 * 4 + scratch_len * 8
+        raise RuntimeError(
+            f"mxlogits: plan_buffers: the schedule of total_q={total_q}, batch={batch} with {ctas} CTAs needs "
+            f"{size} bytes on {dev} ({records} records), which could not be allocated: {e}"
+        ) from None
+    return MqaLogitsBuffers(v, dev, total_q, batch, ctas, cta_info, cta_ranges, scratch)
 
 
 def plan(
@@ -97,8 +130,10 @@ def plan(
     total_q: int | None = None,
     local_starts: torch.Tensor | None = None,
     row_to_batch: torch.Tensor | None = None,
+    validate: bool | None = None,
 ) -> MqaLogitsPlan:
-    """Build this forward's schedule into `buffers` (one launch at q_per_block 1).
+    """Build this forward's schedule into `buffers` (one launch at q_per_block 1). The plan is
+    valid until the next plan() into the same buffers; the op refuses an older one.
 
     cu_seq_q     int32 [batch + 1] row offsets of each sequence; read only at q_per_block > 1,
                  where its length sets this forward's batch (at most the buffers' batch).
@@ -108,13 +143,18 @@ def plan(
     local_starts int32 [>= total_q], or None for 0.
     row_to_batch int32 [>= total_q]: block_tables row of each row (a tile uses its first row's);
                  None: the row index at q_per_block 1, the tile's sequence above.
+    validate     the checked mode (None: on when MXLOGITS_VALIDATE=1): before the launch, one host sync
+                 checks the caller contract and cu_seq_q, and the op given this plan checks every page
+                 id its windows read; each error names the row, the argument and the value.
     """
+    if validate is not None and not isinstance(validate, bool):
+        raise TypeError(f"mxlogits: validate: expected True, False or None, found {type(validate).__name__}")
     if not isinstance(buffers, MqaLogitsBuffers):
         raise TypeError(
             f"mxlogits: buffers: expected MqaLogitsBuffers from plan_buffers(), found {type(buffers).__name__}"
         )
     v = buffers.variant
-    num_rows = buffers.total_q if total_q is None else _count(total_q, "total_q", 0)
+    num_rows = buffers.total_q if total_q is None else count_arg(total_q, "total_q", 0)
     if num_rows > buffers.total_q:
         raise ValueError(
             f"mxlogits: total_q: these buffers were sized for total_q <= {buffers.total_q}, found {num_rows}; "
@@ -145,7 +185,7 @@ def plan(
             raise ValueError(
                 f"mxlogits: {name}: expected a tensor on {buffers.device} (the buffers' device), found {where}"
             )
-    ops(v.arch).build_schedule(
+    schedule = (
         tensors["cu_seq_q"],
         local_ends,
         local_starts,
@@ -158,7 +198,18 @@ def plan(
         v.q_per_block,
         v.block_k,
     )
-    return MqaLogitsPlan(buffers, num_rows, batch, local_ends, local_starts)
+    checked = None
+    if validate_enabled() if validate is None else validate:
+        ops(v.arch).check_schedule(*schedule)  # the checks the builder makes, so the host reads valid tensors
+        checked = check_plan(
+            v.q_per_block, num_rows, batch, tensors["cu_seq_q"], local_ends, local_starts, row_to_batch
+        )
+    ops(v.arch).build_schedule(*schedule)
+    generation = None
+    if not torch.compiler.is_compiling():
+        buffers.plans.value += 1
+        generation = buffers.plans.value
+    return MqaLogitsPlan(buffers, num_rows, batch, local_ends, local_starts, generation, checked)
 
 
 def block_table_width(
@@ -172,7 +223,7 @@ def block_table_width(
     last chunk. An MqaLogitsVariant makes this pure arithmetic (no device probe, no build);
     a name or None needs the arch of `device` (default: the current CUDA device if any, else
     cpu), and None gives the widest of that arch's variants."""
-    _count(max_seq_len, "max_seq_len", 0)
+    count_arg(max_seq_len, "max_seq_len", 0)
     if isinstance(variant, MqaLogitsVariant):
         candidates = [resolve_variant(variant, variant.arch)]
     else:

@@ -1,19 +1,43 @@
 """Shared builders: one op call's inputs from (contexts, rows) on a variant's device, the op, the
 reference, and the comparison of SPEC §3 (in-window cells within the instance's bound, other
 cells untouched). Every op test runs on every arch present on this machine: cpu, and the arch
-of the CUDA/HIP device when the instance table has one (those params carry the gpu mark)."""
+of the CUDA/HIP device when the instance table has one (those params carry the gpu mark).
+
+The suite builds into a cache of its own, never the user's (~/.cache/mxlogits): one directory for
+the whole session, which subprocesses inherit, so each module builds once. It is a fresh
+temporary directory removed at exit, or $MXLOGITS_TEST_CACHE_DIR when set (kept, to reuse GPU
+builds across runs)."""
 
 from __future__ import annotations
 
-import mxlogits as mx
-import pytest
-import torch
-from mxlogits.synthetic import Scene, make_scene
+import atexit
+import os
+import shutil
+import tempfile
+
+
+def _session_cache() -> str:
+    kept = os.environ.get("MXLOGITS_TEST_CACHE_DIR")
+    if kept:
+        return kept
+    fresh = tempfile.mkdtemp(prefix="mxlogits-test-cache-")
+    atexit.register(shutil.rmtree, fresh, ignore_errors=True)
+    return fresh
+
+
+os.environ["MXLOGITS_CACHE_DIR"] = _session_cache()  # before mxlogits builds anything
+
+import mxlogits as mx  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from mxlogits.build import sanitize_enabled  # noqa: E402
+from mxlogits.synthetic import Scene, make_scene  # noqa: E402
 
 
 def _gpu_arch() -> str | None:
-    """The arch of this machine's GPU, or None without a GPU or when the table has no arch for it."""
-    if not torch.cuda.is_available():
+    """The arch of this machine's GPU, or None without a GPU, when the table has no arch for it, or
+    in the sanitizer job (MXLOGITS_SANITIZE=1), which checks the host arch."""
+    if not torch.cuda.is_available() or sanitize_enabled():
         return None
     try:
         return mx.arch_of("cuda")

@@ -1,11 +1,13 @@
 """Bad input raises naming the argument, what was expected and what was found, before any
-launch (out untouched); the kernels drop records a plan could not have produced. The launcher
+launch (out untouched) and before anything is allocated; the kernels drop records a plan could
+not have produced, and a page id outside the cache gives NaN cells on every arch. The launcher
 checks are shared templates, so every check runs on every arch present (messages of the C++
-checks start with "mxlogits[<arch>]"); only the cpu body's page-id check is cpu-only."""
+checks start with "mxlogits[<arch>]")."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 
 import mxlogits as mx
@@ -170,14 +172,23 @@ def test_kernel_drops_records_no_plan_produces(arch):
     assert torch.isneginf(out).all()
 
 
-def test_kernel_refuses_page_ids_outside_the_cache():
-    """cpu only: the cpu body raises on a page id outside the cache; a GPU body makes the
-    page's cells NaN instead (tests/test_gpu.py)."""
-    v = mx.default_variant("cpu")
-    case = decode_case(2)
-    case.block_tables[1, 1] = case.kv_cache.shape[0]
-    with pytest.raises(RuntimeError, match=r"block_tables\[1, 1\] = \d+ is not a page of kv_cache"):
-        run_op(case, v)
+@pytest.mark.parametrize("bad", ["num_pages", "-1", "int32_max", "int32_min"])
+def test_page_id_outside_the_cache_gives_nan_cells_on_every_arch(variant, bad):
+    """One behaviour everywhere, and no launch that fails halfway through out: the in-window
+    cells of the bad page's tokens are NaN, every other cell is what the reference gives."""
+    rows = [(0, 0, 300), (1, 10, 650), (1, 10, 700), (1, 130, 700), (2, 0, 130)]
+    if variant.q_per_block == 1:
+        rows = rows[:2] + rows[4:]  # one row per sequence: a decode step
+    case = make_case([300, 700, 130], rows, variant, seed=5)
+    want = reference(case)
+    page = {"num_pages": case.kv_cache.shape[0], "-1": -1, "int32_max": 2**31 - 1, "int32_min": -(2**31)}[bad]
+    case.block_tables[1, 2] = page  # tokens 128..191 of sequence 1
+    out = run_op(case, variant)
+    for r, (b, s, e) in enumerate(rows):
+        if b == 1:
+            want[r, max(s, 128) : min(e, 192)] = float("nan")
+    assert torch.isnan(want).any()
+    assert_matches(out, want, variant)
 
 
 # ---- arguments -------------------------------------------------------------------------------
@@ -341,12 +352,14 @@ def test_raw_launch_with_an_uncompiled_shape_lists_the_instances(arch):
 
 def test_numbers_are_checked(arch):
     dev = device_of(arch)
-    with pytest.raises(ValueError, match=r"total_q: expected an int >= 0, found -1"):
+    with pytest.raises(ValueError, match=r"total_q: expected an int in \[0, 2147483647\], found -1"):
         mx.plan_buffers(dev, -1, 2)
     with pytest.raises(TypeError, match=r"batch: expected an int, found float"):
         mx.plan_buffers(dev, 2, 2.0)
-    with pytest.raises(ValueError, match=r"num_ctas: expected an int >= 1, found 0"):
+    with pytest.raises(ValueError, match=r"num_ctas: expected an int in \[1, 2147483647\], found 0"):
         mx.plan_buffers(dev, 2, 2, num_ctas=0)
+    with pytest.raises(ValueError, match=r"batch: expected an int in \[0, 2147483647\], found 9223372036854775808"):
+        mx.plan_buffers(dev, 2, 2**63)
     v = mx.default_variant(arch)
     case = decode_case(2, v)
     p = make_plan(case, v)
@@ -354,3 +367,119 @@ def test_numbers_are_checked(arch):
         mx.pa_mqa_logits_mxfp4(
             case.q, case.q_scale, case.kv_cache, case.kv_scale, case.block_tables, case.weights, p, 300.0
         )
+
+
+# ---- nothing allocated before it is checked --------------------------------------------------
+
+
+@pytest.fixture
+def allocations(monkeypatch):
+    """The shapes torch.full and torch.zeros were asked for (and allocated) during the test."""
+    asked = []
+    for name in ("full", "zeros"):
+        real = getattr(torch, name)
+
+        def spy(size, *args, _real=real, **kwargs):
+            asked.append(tuple(size))
+            return _real(size, *args, **kwargs)
+
+        monkeypatch.setattr(torch, name, spy)
+    return asked
+
+
+@pytest.mark.parametrize(
+    "max_seq_len, error, message",
+    [
+        (2**31 - 1, RuntimeError, r"block_tables: expected at least 33554432 columns"),
+        (2**31, ValueError, r"max_seq_len: expected an int in \[0, 2147483647\], found 2147483648"),
+        (-5, ValueError, r"max_seq_len: expected an int in \[0, 2147483647\], found -5"),
+    ],
+)
+def test_without_out_every_check_comes_before_the_allocation(arch, allocations, max_seq_len, error, message):
+    """Upstream allocated and filled a 16 GiB out before the width check rejected the call."""
+    v = mx.default_variant(arch)
+    case = decode_case(2, v)
+    p = make_plan(case, v)
+    allocations.clear()
+    with pytest.raises(error, match=message):
+        mx.pa_mqa_logits_mxfp4(*case.inputs(), p, max_seq_len)
+    assert allocations == []
+
+
+def test_without_out_a_bad_tensor_raises_before_the_allocation(arch, allocations):
+    v = mx.default_variant(arch)
+    case = decode_case(2, v)
+    p = make_plan(case, v)
+    allocations.clear()
+    with pytest.raises(RuntimeError, match=rf"^mxlogits\[{arch}\] pa_mqa_logits_mxfp4: q_scale: expected dtype"):
+        mx.pa_mqa_logits_mxfp4(case.q, case.q.float(), *case.inputs()[2:], p, case.max_seq_len)
+    assert allocations == []
+
+
+def test_a_failed_allocation_raises_ours_naming_the_arguments(arch, monkeypatch):
+    """plan_buffers(total_q=2**31 - 200) needs 60 GB of records: where that cannot be allocated the
+    error names the arguments and the size, not only torch's allocator."""
+    real = torch.zeros
+
+    def no_memory(size, *args, **kwargs):
+        if math.prod(size) > 10**9:
+            raise torch.OutOfMemoryError("simulated: out of memory")
+        return real(size, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "zeros", no_memory)
+    with pytest.raises(
+        RuntimeError,
+        match=r"plan_buffers: the schedule of total_q=2147483448, batch=1 with 1 CTAs needs \d+ bytes on .* "
+        r"which could not be allocated: simulated: out of memory",
+    ):
+        mx.plan_buffers(device_of(arch), 2**31 - 200, 1, num_ctas=1)
+
+
+# ---- plans, outputs, gradients ---------------------------------------------------------------
+
+
+def test_a_plan_is_refused_once_its_buffers_are_planned_again(arch):
+    """Both plans share one set of buffers: the second overwrote the first's schedule."""
+    v = mx.default_variant(arch)
+    first, second = decode_case(4, v), make_case([70] * 4, [(i, 0, 70) for i in range(4)], v)
+    buffers = mx.plan_buffers(device_of(arch), 4, 4, v)
+    p1 = mx.plan(None, first.local_ends, buffers=buffers, local_starts=first.local_starts)
+    p2 = mx.plan(None, second.local_ends, buffers=buffers, local_starts=second.local_starts)
+    out = torch.full((4, first.max_seq_len), NEG_INF, device=device_of(arch))
+    with pytest.raises(ValueError, match=r"plan: expected the newest plan of its buffers, found a stale one \(plan 1 "
+                                         r"of these buffers, which now hold plan 2\)"):
+        mx.pa_mqa_logits_mxfp4(*first.inputs(), p1, first.max_seq_len, out=out)
+    assert torch.isneginf(out).all()
+    assert_matches(run_op(second, v, plan=p2), reference(second), v)
+
+
+@pytest.mark.parametrize("shared", ["q", "kv_cache", "kv_scale", "weights", "block_tables"])
+def test_out_overlapping_an_input_is_refused(arch, shared):
+    """out and one input laid out from the same byte of one buffer: refused, nothing written."""
+    v = mx.default_variant(arch)
+    case = decode_case(3, v)
+    p = make_plan(case, v)
+    inputs = named_inputs(case)
+    t = inputs[shared]
+    out_bytes = 3 * case.max_seq_len * 4
+    arena = torch.zeros(max(t.numel() * t.element_size(), out_bytes), dtype=torch.uint8, device=device_of(arch))
+    inputs[shared] = arena[: t.numel() * t.element_size()].view(t.dtype).view(t.shape)
+    inputs[shared].copy_(t)
+    out = arena[:out_bytes].view(torch.float32).view(3, case.max_seq_len)
+    before = arena.clone()
+    with pytest.raises(RuntimeError, match=rf"out: expected memory disjoint from {shared} \(an input of the op\), "
+                                           rf"found \d+ bytes in common"):
+        mx.pa_mqa_logits_mxfp4(**inputs, plan=p, max_seq_len=case.max_seq_len, out=out)
+    assert torch.equal(arena, before)
+
+
+def test_a_gradient_is_refused_not_dropped(arch):
+    v = mx.default_variant(arch)
+    case = decode_case(2, v)
+    p = make_plan(case, v)
+    weights = case.weights.clone().requires_grad_()
+    with pytest.raises(ValueError, match=r"weights: expected a tensor that requires no gradient .*no backward"):
+        mx.pa_mqa_logits_mxfp4(*case.inputs(weights), p, case.max_seq_len)
+    with torch.no_grad():
+        out = mx.pa_mqa_logits_mxfp4(*case.inputs(weights), p, case.max_seq_len)
+    assert_matches(out, reference(case), v)

@@ -1,4 +1,4 @@
-"""mxlogits-gen: validation errors located to file:line, deterministic output, --check,
+"""mxlogits-gen: validation errors located to file:line:column, deterministic output, --check,
 --list, incremental writes and deletion of stale files."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ arches:
     flags: [-O3]
     scale_layout: natural
     budgets:
-      scratch_bytes: 1048576
+      scratch_bytes: {limit: 1048576, use: "4 * (q_per_block * heads * (head_dim + 1) + (block_k + 8) * head_dim)"}
 instances:
   - {arch: cpu, name: qlen1_kv64, q_per_block: 1, block_k: 64, cta_resident: 8, default: true}
   - {arch: cpu, name: qlen4_kv256, q_per_block: 4, block_k: 256, cta_resident: 8}
@@ -92,19 +92,19 @@ ERRORS = {
         "q_per_block: 1,",
         "q_per_block: 0,",
         "q_per_block: 0",
-        r"instances\[0\]\.q_per_block: expected an integer >= 1, found 0",
+        r"instances\[0\]\.q_per_block: expected an integer in \[1, 2147483647\], found 0",
     ),
     "cta_resident < 1": (
         "block_k: 64, cta_resident: 8",
         "block_k: 64, cta_resident: -2",
         "cta_resident: -2",
-        r"instances\[0\]\.cta_resident: expected an integer >= 1, found -2",
+        r"instances\[0\]\.cta_resident: expected an integer in \[1, 2147483647\], found -2",
     ),
     "block_k not a multiple of the page": (
         "block_k: 64,",
         "block_k: 96,",
         "block_k: 96",
-        r"instances\[0\]\.block_k: expected a positive multiple of table\.page_size \(64\), found 96",
+        r"instances\[0\]\.block_k: expected a positive multiple of table\.page_size \(64\) up to 2147483647, found 96",
     ),
     "block_k zero": (
         "block_k: 64,",
@@ -141,13 +141,13 @@ ERRORS = {
         "cta_resident: 8, default: true",
         "cta_resident: '8', default: true",
         "'8'",
-        r"instances\[0\]\.cta_resident: expected an integer >= 1, found '8'",
+        r"instances\[0\]\.cta_resident: expected an integer in \[1, 2147483647\], found '8'",
     ),
     "bool is not an int": (
         "q_per_block: 1,",
         "q_per_block: true,",
         "q_per_block: true",
-        r"q_per_block: expected an integer >= 1, found True",
+        r"q_per_block: expected an integer in \[1, 2147483647\], found True",
     ),
     "bad family": (
         "family: host",
@@ -173,6 +173,70 @@ ERRORS = {
         "1qlen",
         r"instances\[0\]\.name: expected a C identifier, found '1qlen'",
     ),
+    # Rows the templates cannot compile: refused here, not by the first JIT build.
+    "q_per_block past int32": (
+        "q_per_block: 1,",
+        "q_per_block: 2147483648,",
+        "2147483648",
+        r"instances\[0\]\.q_per_block: expected an integer in \[1, 2147483647\], found 2147483648",
+    ),
+    "block_k of 2**40": (
+        "block_k: 64,",
+        "block_k: 1099511627776,",
+        "1099511627776",
+        r"instances\[0\]\.block_k: expected a positive multiple of table\.page_size \(64\) up to 2147483647, "
+        r"found 1099511627776",
+    ),
+    "cta_resident of 2**40": (
+        "block_k: 64, cta_resident: 8",
+        "block_k: 64, cta_resident: 1099511627776",
+        "1099511627776",
+        r"instances\[0\]\.cta_resident: expected an integer in \[1, 2147483647\], found 1099511627776",
+    ),
+    "an instance over the scratch budget": (
+        "q_per_block: 4, block_k: 256",
+        "q_per_block: 32, block_k: 256",
+        "q_per_block: 32",
+        r"instances\[1\]: expected an instance within budget scratch_bytes = 1048576 of arch 'cpu' \(line 12\), "
+        r"found one that needs 1191936 \(4 \* \(q_per_block",
+    ),
+    "a budget expression over unknown names": (
+        "(block_k + 8) * head_dim)",
+        "(block_k + 8) * warps)",
+        "scratch_bytes",
+        r"arches\[0\]\.budgets\.scratch_bytes\.use: expected an integer expression over \[.*'q_per_block'.*\], "
+        r"found .*'warps' is undefined",
+    ),
+    "a budget past int32": (
+        "limit: 1048576",
+        "limit: 4294967296",
+        "limit: 4294967296",
+        r"arches\[0\]\.budgets\.scratch_bytes\.limit: expected an integer in \[1, 2147483647\], found 4294967296",
+    ),
+    "a tunable past int32": (
+        "    target: host\n",
+        "    target: host\n    tunables: {stages: {default: 1, min: 1, max: 4294967296}}\n",
+        "tunables",
+        r"arches\[0\]\.tunables\.stages\.max: expected an integer in \[min \(1\), 2147483647\], found 4294967296",
+    ),
+    "an infinite atol": (
+        "cta_resident: 8, default: true",
+        "cta_resident: 8, default: true, atol: .inf",
+        ".inf",
+        r"instances\[0\]\.atol: expected a finite positive number, found inf",
+    ),
+    "a NaN rtol": (
+        "cta_resident: 8, default: true",
+        "cta_resident: 8, default: true, rtol: .nan",
+        ".nan",
+        r"instances\[0\]\.rtol: expected a finite positive number, found nan",
+    ),
+    "a flag the host compiler rejects": (
+        "flags: [-O3]",
+        "flags: [-O3, -fno-such-flag]",
+        "-fno-such-flag",
+        r"arches\[0\]\.flags\[1\]: expected a flag the host compiler accepts, found '-fno-such-flag': ",
+    ),
 }
 
 
@@ -184,14 +248,60 @@ def test_validation_error_names_file_line_key_expected_found(tmp_path, case):
     with pytest.raises(TableError) as err:
         load(tmp_path, text)
     message = str(err.value)
-    assert message.startswith(f"{tmp_path / 'instances.yaml'}:{line_of(text, marker)}: "), message
+    assert re.match(rf"{re.escape(str(tmp_path / 'instances.yaml'))}:{line_of(text, marker)}:\d+: ", message), message
     assert re.search(pattern, message), message
+
+
+def test_errors_carry_the_column_of_the_cell(tmp_path):
+    text = GOOD.replace("block_k: 64,", "block_k: 96,", 1)
+    column = text.splitlines()[line_of(text, "96") - 1].index("96") + 1
+    with pytest.raises(TableError, match=rf"instances\.yaml:{line_of(text, '96')}:{column}: instances\[0\]\.block_k"):
+        load(tmp_path, text)
+
+
+def test_yaml_syntax_errors_name_file_line_and_column(tmp_path):
+    """Not `<unicode string>`: the table's own path, and where the parser stopped."""
+    text = GOOD.replace("    target: host\n", "    target: host\n    flags: [-O3\n", 1)
+    with pytest.raises(TableError) as err:
+        load(tmp_path, text)
+    message = str(err.value)
+    assert re.match(rf"{re.escape(str(tmp_path / 'instances.yaml'))}:\d+:\d+: expected valid YAML, found a syntax "
+                    rf"error: ", message), message
+    assert "<unicode string>" not in message
+
+
+def test_unknown_budget_keys_are_refused(tmp_path):
+    """A budget no template reads would be ignored: refused at its YAML line."""
+    text = GOOD.replace("    budgets:\n", "    budgets:\n      scratch_byte: 1000\n", 1)
+    with pytest.raises(TableError) as err:
+        render_all(load(tmp_path, text), TEMPLATES)
+    message = str(err.value)
+    assert message.startswith(f"{tmp_path / 'instances.yaml'}:{line_of(text, 'scratch_byte:')}:7: "), message
+    assert (
+        "budgets.scratch_byte (arch 'cpu'): expected a budget the cpu templates read (['scratch_bytes']), found "
+        "unknown key 'scratch_byte'"
+    ) in message
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA toolkit)")
+def test_a_flag_nvcc_rejects_is_refused(tmp_path):
+    templates = tmp_path / "templates"
+    shutil.copytree(TEMPLATES, templates)
+    shutil.copytree(Path(__file__).parent / "fixtures" / "stub_arches" / "stubcuda", templates / "arch" / "stubcuda")
+    stub = (
+        "  - {name: stubcuda, family: cuda, target: sm_90a, flags: [-O3, --no-such-nvcc-flag], "
+        "scale_layout: natural, budgets: {max_registers: 32}}\ninstances:\n"
+        "  - {arch: stubcuda, name: clean, q_per_block: 1, block_k: 64, cta_resident: 8, default: true}\n"
+    )
+    with pytest.raises(TableError, match=r"flags\[1\]: expected a flag the cuda compiler accepts, found "
+                                         r"'--no-such-nvcc-flag'"):
+        load_table(_write(tmp_path, GOOD.replace("instances:\n", stub, 1)), templates)
 
 
 def test_good_table_and_invalid_yaml(tmp_path):
     table = load(tmp_path, GOOD)
     assert [i.name for i in table.instances] == ["qlen1_kv64", "qlen4_kv256"]
-    with pytest.raises(TableError, match=r"instances\.yaml: not valid YAML"):
+    with pytest.raises(TableError, match=r"instances\.yaml:17:1: expected valid YAML, found a syntax error"):
         load(tmp_path, GOOD + "  - {arch: [\n")
 
 
@@ -258,8 +368,8 @@ def test_check_catches_stale_missing_and_extra_files(tmp_path, capsys, damage):
     elif damage == "missing":
         (gen / "cpu" / "launcher.cpp").unlink()
         mark = "+++ generated/cpu/launcher.cpp"
-    else:
-        (gen / "cpu" / "instance_qlen2_kv64.cpp").write_text("// left over\n")
+    else:  # a generated file of an instance since removed
+        (gen / "cpu" / "instance_qlen2_kv64.cpp").write_text((gen / "cpu" / "instance_qlen1_kv64.cpp").read_text())
         mark = "--- generated/cpu/instance_qlen2_kv64.cpp"
     capsys.readouterr()
     assert gen_main(["--root", str(root), "--check"]) == 1
@@ -287,6 +397,50 @@ def test_writes_only_changed_files_and_deletes_removed_instances(tmp_path, capsy
     assert "wrote   generated/manifest.json" in out
 
 
+def test_foreign_files_in_the_output_directory_are_refused_not_deleted(tmp_path, capsys):
+    """`--out` at a folder of notes, or at templates/: nothing is written and nothing deleted."""
+    root = checkout(tmp_path)
+    notes = tmp_path / "notes"
+    (notes / "deep").mkdir(parents=True)
+    (notes / "todo.txt").write_text("buy milk\n")
+    (notes / "deep" / "plan.md").write_text("# plan\n")
+    (notes / "empty").mkdir()
+    templates_before = {p: p.read_bytes() for p in (root / "templates").rglob("*") if p.is_file()}
+    for out, named in ((notes, "found 2 other file(s): deep/plan.md, todo.txt;"), (root / "templates", "body.h.j2")):
+        capsys.readouterr()
+        assert gen_main(["--root", str(root), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert f"--out {out}: expected a directory holding only files mxlogits-gen wrote" in err
+        assert named in err and "nothing was written or deleted" in err
+    assert sorted(p.relative_to(notes).as_posix() for p in notes.rglob("*")) == [
+        "deep",
+        "deep/plan.md",
+        "empty",
+        "todo.txt",
+    ]
+    assert {p: p.read_bytes() for p in (root / "templates").rglob("*") if p.is_file()} == templates_before
+
+
+def test_a_file_the_previous_manifest_lists_is_deleted_even_without_its_header(tmp_path, capsys):
+    root = checkout(tmp_path)
+    tu = root / "generated" / "cpu" / "instance_qlen4_kv256.cpp"
+    tu.write_text("// hand-edited, header gone\n")  # still listed by generated/manifest.json
+    (root / "instances.yaml").write_text(
+        GOOD.replace("  - {arch: cpu, name: qlen4_kv256, q_per_block: 4, block_k: 256, cta_resident: 8}\n", "")
+    )
+    capsys.readouterr()
+    assert gen_main(["--root", str(root)]) == 0
+    assert "deleted generated/cpu/instance_qlen4_kv256.cpp" in capsys.readouterr().out and not tu.exists()
+
+
+def test_a_missing_table_is_an_error_not_a_traceback(tmp_path, capsys):
+    root = checkout(tmp_path)
+    missing = tmp_path / "nope.yaml"
+    assert gen_main(["--root", str(root), "--yaml", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"mxlogits-gen: {missing}: expected a readable instance table") and "Traceback" not in err
+
+
 def test_committed_generated_tree_is_fresh():
     assert gen_main(["--root", str(ROOT), "--check"]) == 0
 
@@ -295,7 +449,7 @@ def test_cli_reports_table_errors(tmp_path, capsys):
     root = checkout(tmp_path)
     (root / "instances.yaml").write_text(GOOD.replace("q_per_block: 1,", "q_per_block: 0,"))
     assert gen_main(["--root", str(root), "--check"]) == 2
-    assert "instances[0].q_per_block: expected an integer >= 1, found 0" in capsys.readouterr().err
+    assert "instances[0].q_per_block: expected an integer in [1, 2147483647], found 0" in capsys.readouterr().err
 
 
 def _fields(header: str, struct: str) -> list[str]:

@@ -228,7 +228,7 @@ def test_plan_and_op_replay_in_one_cuda_graph(variant):
 @pytest.mark.parametrize("bad", ["num_pages", "num_pages+1000", "-1", "int32_max", "int32_min"])
 @pytest.mark.parametrize("variant", GPU_PARAMS)
 def test_page_id_outside_the_cache_gives_nan_cells_not_a_fault(variant, bad):
-    """No raise on the GPU (the cpu arch raises: test_checks.py): the in-window cells of the
+    """No raise (as on the cpu arch: test_checks.py): the in-window cells of the
     bad page's tokens are NaN, every other in-window cell matches the reference, cells outside
     the windows stay -inf. A bad id in a column no window reads (inside a chunk's last pages)
     changes nothing."""

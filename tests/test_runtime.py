@@ -4,16 +4,21 @@ files, package data in a non-editable install, the arch probe, and what the runt
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
+from pathlib import Path
 
 import mxlogits as mx
 import pytest
 import torch
 from helpers_subprocess import ROOT, python
+from mxlogits.build import build_flags, built_library, module_name
+from mxlogits.manifest import manifest
 
 LOAD = "import mxlogits; b = mxlogits.plan_buffers('cpu', 3, 3); print(mxlogits.built_library('cpu'))"
 
@@ -126,3 +131,28 @@ def test_cpu_module_runs_on_torchs_openmp_pool():
         ["nm", "-D", "--undefined-only", str(mx.built_library("cpu"))], capture_output=True, text=True, check=True
     ).stdout
     assert "GOMP_parallel" in symbols
+
+
+def test_the_suite_builds_into_a_cache_of_its_own():
+    """Not the user's ~/.cache/mxlogits: a temporary directory of the session (or the one
+    MXLOGITS_TEST_CACHE_DIR names), which the module of this test run lies in."""
+    user_cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mxlogits"
+    assert mx.cache_dir() != user_cache
+    if not os.environ.get("MXLOGITS_TEST_CACHE_DIR"):
+        assert mx.cache_dir().resolve().is_relative_to(Path(tempfile.gettempdir()).resolve())
+    assert mx.built_library("cpu").resolve().is_relative_to(mx.cache_dir().resolve())
+
+
+def test_sanitize_adds_the_arch_flags_under_a_cache_key_of_its_own(monkeypatch):
+    cpu = manifest().arches["cpu"]
+    monkeypatch.delenv("MXLOGITS_SANITIZE", raising=False)
+    plain = module_name(cpu)
+    assert build_flags(cpu) == list(cpu.flags)
+    monkeypatch.setenv("MXLOGITS_SANITIZE", "1")
+    assert build_flags(cpu) == [*cpu.flags, *cpu.sanitize_flags]
+    assert "-fsanitize=address,undefined" in cpu.sanitize_flags
+    assert module_name(cpu) != plain
+    for arch in (a for a in manifest().arches.values() if not a.sanitize_flags):  # a GPU arch: compute-sanitizer
+        with pytest.raises(RuntimeError, match=rf"MXLOGITS_SANITIZE=1: expected sanitize_flags in the record of "
+                                               rf"arch {arch.name}"):
+            built_library(arch.name)

@@ -84,7 +84,7 @@ struct KernelArgs {
   int32_t num_rows;  // rows the plan covers; records past them are dropped
   int32_t num_records;
   int32_t num_ctas;
-  int32_t num_pages;  // page ids outside [0, num_pages) are refused
+  int32_t num_pages;  // page ids outside [0, num_pages) are never read: their tokens are NaN
   int32_t num_seqs;  // rows of block_tables
   int32_t block_table_stride;  // elements between block_tables rows
   int32_t block_table_width;  // valid columns of block_tables

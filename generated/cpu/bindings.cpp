@@ -14,12 +14,22 @@ TORCH_LIBRARY(mxlogits_cpu, m) {
       "Tensor(a!) cta_info, Tensor(b!) cta_ranges, Tensor(c!) scratch, int num_rows, int batch, "
       "int q_per_block, int block_k) -> ()");
   m.def(
+      "check_schedule(Tensor? cu_seq_q, Tensor local_ends, Tensor? local_starts, Tensor? row_to_batch, "
+      "Tensor cta_info, Tensor cta_ranges, Tensor scratch, int num_rows, int batch, int q_per_block, "
+      "int block_k) -> ()");
+  m.def(
       "pa_mqa_logits_mxfp4(Tensor q, Tensor q_scale, Tensor kv_cache, Tensor kv_scale, Tensor block_tables, "
       "Tensor weights, Tensor cta_info, Tensor cta_ranges, Tensor local_ends, Tensor? local_starts, "
       "Tensor(a!) out, int num_rows, int max_seq_len, float weight_scale, int q_per_block, int block_k) -> ()");
+  m.def(
+      "check_logits(Tensor q, Tensor q_scale, Tensor kv_cache, Tensor kv_scale, Tensor block_tables, "
+      "Tensor weights, Tensor cta_info, Tensor cta_ranges, Tensor local_ends, Tensor? local_starts, "
+      "Tensor? out, int num_rows, int max_seq_len, int q_per_block, int block_k) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(mxlogits_cpu, CPU, m) {
   m.impl("build_schedule", &mxlogits::cpu::build_schedule);
+  m.impl("check_schedule", &mxlogits::cpu::check_schedule);
   m.impl("pa_mqa_logits_mxfp4", &mxlogits::cpu::pa_mqa_logits_mxfp4);
+  m.impl("check_logits", &mxlogits::cpu::check_logits);
 }

@@ -10,7 +10,6 @@
 #include <limits>
 #include <memory>
 
-#include "common/check.h"
 #include "common/sched.h"
 #include "cpu/entry.h"
 
@@ -108,23 +107,25 @@ inline void load_q(const KernelArgs& a, int64_t row, Scratch<T>& s, int slot) {
   }
 }
 
-// Tokens [t0, t1) of sequence `batch` into s.k, then TOKEN_GROUP rows of zeros.
+// Tokens [t0, t1) of sequence `batch` into s.k, then TOKEN_GROUP rows of zeros. As on every
+// GPU body, a page id outside [0, num_pages) (or a column past the valid ones) is never read:
+// its tokens are NaN, so exactly the cells that read them are NaN and the launch never fails
+// halfway through `out`.
 template <class T>
 inline void load_k(const KernelArgs& a, int64_t batch, int64_t t0, int64_t t1, Scratch<T>& s) {
   for (int64_t t = t0; t < t1;) {
     const int64_t col = t / kPageSize;
-    MXL_CHECK(col < a.block_table_width,
-              "mxlogits[cpu]: token %lld needs block_tables column %lld, but only %d columns are valid",
-              (long long)t, (long long)col, a.block_table_width);
-    const int32_t page = a.block_tables[batch * a.block_table_stride + col];
-    MXL_CHECK(page >= 0 && page < a.num_pages,
-              "mxlogits[cpu]: block_tables[%lld, %lld] = %d is not a page of kv_cache, which has %d pages",
-              (long long)batch, (long long)col, page, a.num_pages);
-    const uint8_t* v = a.kv + page * a.kv_page_stride;
-    const uint8_t* sc = a.kv_scale + page * a.kv_scale_page_stride;
+    const int32_t page = col < a.block_table_width ? a.block_tables[batch * a.block_table_stride + col] : -1;
+    const bool in_cache = page >= 0 && page < a.num_pages;
+    const uint8_t* v = a.kv + (in_cache ? page * a.kv_page_stride : 0);
+    const uint8_t* sc = a.kv_scale + (in_cache ? page * a.kv_scale_page_stride : 0);
     for (const int64_t end = std::min(t1, (col + 1) * kPageSize); t < end; ++t) {
       const int64_t slot = t % kPageSize;
-      dequant_row(v + slot * kRowBytes, sc + slot * kRowScales, s.k[t - t0]);
+      if (in_cache) {
+        dequant_row(v + slot * kRowBytes, sc + slot * kRowScales, s.k[t - t0]);
+      } else {
+        std::fill_n(s.k[t - t0], kHeadDim, std::numeric_limits<float>::quiet_NaN());
+      }
     }
   }
   std::memset(s.k[t1 - t0], 0, sizeof(float) * kHeadDim * T::TOKEN_GROUP);

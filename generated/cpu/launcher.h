@@ -18,10 +18,24 @@ void build_schedule(const std::optional<at::Tensor>& cu_seq_q, const at::Tensor&
                     const at::Tensor& cta_info, const at::Tensor& cta_ranges, const at::Tensor& scratch,
                     int64_t num_rows, int64_t batch, int64_t q_per_block, int64_t block_k);
 
+// build_schedule's checks alone: raises where build_schedule would, writes nothing.
+void check_schedule(const std::optional<at::Tensor>& cu_seq_q, const at::Tensor& local_ends,
+                    const std::optional<at::Tensor>& local_starts, const std::optional<at::Tensor>& row_to_batch,
+                    const at::Tensor& cta_info, const at::Tensor& cta_ranges, const at::Tensor& scratch,
+                    int64_t num_rows, int64_t batch, int64_t q_per_block, int64_t block_k);
+
 void pa_mqa_logits_mxfp4(const at::Tensor& q, const at::Tensor& q_scale, const at::Tensor& kv_cache,
                          const at::Tensor& kv_scale, const at::Tensor& block_tables, const at::Tensor& weights,
                          const at::Tensor& cta_info, const at::Tensor& cta_ranges, const at::Tensor& local_ends,
                          const std::optional<at::Tensor>& local_starts, const at::Tensor& out, int64_t num_rows,
                          int64_t max_seq_len, double weight_scale, int64_t q_per_block, int64_t block_k);
+
+// pa_mqa_logits_mxfp4's checks alone (out may be absent: the checks made before allocating it);
+// raises where the op would, launches nothing.
+void check_logits(const at::Tensor& q, const at::Tensor& q_scale, const at::Tensor& kv_cache,
+                  const at::Tensor& kv_scale, const at::Tensor& block_tables, const at::Tensor& weights,
+                  const at::Tensor& cta_info, const at::Tensor& cta_ranges, const at::Tensor& local_ends,
+                  const std::optional<at::Tensor>& local_starts, const std::optional<at::Tensor>& out,
+                  int64_t num_rows, int64_t max_seq_len, int64_t q_per_block, int64_t block_k);
 
 }  // namespace mxlogits::cpu

@@ -64,6 +64,19 @@ void check_launch(const LaunchStatus& status, const char* what) {
             status.what ? status.what : "");
 }
 
+// The bytes [begin, end) a tensor's elements lie in (empty for a tensor without elements).
+struct Span {
+  uintptr_t begin, end;
+};
+
+Span span_of(const at::Tensor& t) {
+  if (t.numel() == 0) return {0, 0};
+  int64_t last = 0;  // offset of the last element, in elements; torch strides are never negative
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  const auto begin = reinterpret_cast<uintptr_t>(t.const_data_ptr());
+  return {begin, begin + uintptr_t((last + 1) * t.element_size())};
+}
+
 // Checks of one op call; every message names the op, the argument, what was expected and
 // what was found.
 class Checker {
@@ -143,6 +156,16 @@ class Checker {
     range(cta_info.size(0), "cta_info.shape[0]", 0, kInt32Max, "records");
   }
 
+  // `written` (an output of the op) shares no byte with `input`: a kernel writing it while reading
+  // the input would read its own results.
+  void disjoint(const at::Tensor& written, const char* written_name, const at::Tensor& input,
+                const char* input_name) const {
+    const Span a = span_of(written), b = span_of(input);
+    const uintptr_t lo = std::max(a.begin, b.begin), hi = std::min(a.end, b.end);
+    ARG_CHECK(*this, lo >= hi, written_name, "expected memory disjoint from %s (an input of the op), found %llu bytes "
+              "in common", input_name, (unsigned long long)(hi - lo));
+  }
+
   void range(int64_t v, const char* name, int64_t lo, int64_t hi, const char* why) const {
     ARG_CHECK(*this, v >= lo && v <= hi, name, "expected a value in [%lld, %lld] (%s), found %lld", (long long)lo,
               (long long)hi, why, (long long)v);
@@ -164,7 +187,7 @@ struct LogitsInputs {
   const at::Tensor& cta_ranges;
   const at::Tensor& local_ends;
   const std::optional<at::Tensor>& local_starts;
-  const at::Tensor& out;
+  const std::optional<at::Tensor>& out;  // absent: the checks the Python op makes before allocating out
   int64_t num_rows;
   int64_t max_seq_len;
 };
@@ -181,7 +204,7 @@ void check_shapes(const LogitsInputs& in) {
   c.tensor(in.kv_scale, "kv_scale", e8m0, "uint8 or float8_e8m0fnu");
   c.tensor(in.block_tables, "block_tables", {at::kInt}, "int32");
   c.tensor(in.weights, "weights", {at::kFloat, at::kBFloat16}, "float32 or bfloat16");
-  c.tensor(in.out, "out", {at::kFloat}, "float32");
+  if (in.out) c.tensor(*in.out, "out", {at::kFloat}, "float32");
   c.range(in.num_rows, "num_rows", 0, kInt32Max, "rows of the plan");
   c.range(in.max_seq_len, "max_seq_len", 0, kInt32Max, "tokens");
 
@@ -220,17 +243,24 @@ void check_shapes(const LogitsInputs& in) {
   }
   c.range(bt.stride(0), "block_tables.stride(0)", 0, kInt32Max, "elements");
 
-  const at::Tensor& out = in.out;
+  c.vector(in.local_ends, "local_ends", in.num_rows, "one per row of the plan");
+  if (in.local_starts) c.vector(*in.local_starts, "local_starts", in.num_rows, "one per row of the plan");
+  c.schedule(in.cta_info, in.cta_ranges, std::nullopt);
+  if (!in.out) return;
+
+  const at::Tensor& out = *in.out;
   ARG_CHECK(c, out.dim() == 2 && out.stride(1) == 1 && (out.stride(0) >= out.size(1) || out.size(0) <= 1), "out",
             "expected a 2-D tensor with a contiguous last dim and non-overlapping rows, found shape %s strides %s",
             shape_of(out.sizes()).s, shape_of(out.strides()).s);
   c.rows(out, "out", in.num_rows, "the plan's num_rows");
   ARG_CHECK(c, out.size(1) >= in.max_seq_len, "out", "expected at least max_seq_len=%lld columns, found %lld",
             (long long)in.max_seq_len, (long long)out.size(1));
-
-  c.vector(in.local_ends, "local_ends", in.num_rows, "one per row of the plan");
-  if (in.local_starts) c.vector(*in.local_starts, "local_starts", in.num_rows, "one per row of the plan");
-  c.schedule(in.cta_info, in.cta_ranges, std::nullopt);
+  const std::pair<const at::Tensor*, const char*> inputs[] = {
+      {&in.q, "q"},           {&in.q_scale, "q_scale"},     {&in.kv_cache, "kv_cache"},
+      {&in.kv_scale, "kv_scale"}, {&in.block_tables, "block_tables"}, {&in.weights, "weights"},
+      {&in.cta_info, "cta_info"}, {&in.cta_ranges, "cta_ranges"}, {&in.local_ends, "local_ends"}};
+  for (const auto& [t, name] : inputs) c.disjoint(out, "out", *t, name);
+  if (in.local_starts) c.disjoint(out, "out", *in.local_starts, "local_starts");
 }
 
 template <class T>
@@ -245,14 +275,14 @@ void run_logits(const LogitsInputs& in, double weight_scale) {
   a.kv_scale = static_cast<const uint8_t*>(in.kv_scale.const_data_ptr());
   a.block_tables = in.block_tables.const_data_ptr<int32_t>();
   a.weights = in.weights.const_data_ptr();
-  a.out = in.out.data_ptr<float>();
+  a.out = in.out->data_ptr<float>();
   a.local_starts = in.local_starts ? in.local_starts->const_data_ptr<int32_t>() : nullptr;
   a.local_ends = in.local_ends.const_data_ptr<int32_t>();
   a.cta_info = in.cta_info.const_data_ptr<int32_t>();
   a.cta_ranges = in.cta_ranges.const_data_ptr<int32_t>();
   a.kv_page_stride = in.kv_cache.stride(0) * in.kv_cache.element_size();
   a.kv_scale_page_stride = in.kv_scale.stride(0) * in.kv_scale.element_size();
-  a.out_row_stride = in.out.stride(0);
+  a.out_row_stride = in.out->stride(0);
   a.num_rows = int32_t(in.num_rows);
   a.num_records = int32_t(in.cta_info.size(0));
   a.num_ctas = int32_t(in.cta_ranges.size(0));
@@ -278,8 +308,9 @@ struct ScheduleInputs {
   int64_t batch;
 };
 
+// Everything build_schedule checks before its launch; returns the plan's max_tiles.
 template <class T>
-void run_schedule(const ScheduleInputs& in) {
+int64_t check_schedule_args(const ScheduleInputs& in) {
   const Checker c("build_schedule", in.local_ends.device());
   c.range(in.num_rows, "num_rows", 0, kInt32Max, "rows");
   c.range(in.batch, "batch", 0, kInt32Max, "sequences");
@@ -305,7 +336,24 @@ void run_schedule(const ScheduleInputs& in) {
   ARG_CHECK(c, scratch.dim() == 1 && scratch.is_contiguous() && scratch.numel() >= scratch_len, "scratch",
             "expected a contiguous vector of at least %lld entries, found shape %s", (long long)scratch_len,
             shape_of(scratch.sizes()).s);
+  const std::pair<const std::optional<at::Tensor>*, const char*> inputs[] = {
+      {T::Q_PER_BLOCK > 1 ? &in.cu_seq_q : nullptr, "cu_seq_q"},  // not read at q_per_block 1
+      {&in.local_starts, "local_starts"},
+      {&in.row_to_batch, "row_to_batch"}};
+  const std::pair<const at::Tensor*, const char*> outputs[] = {
+      {&in.cta_info, "cta_info"}, {&in.cta_ranges, "cta_ranges"}, {&scratch, "scratch"}};
+  for (const auto& [written, written_name] : outputs) {
+    c.disjoint(*written, written_name, in.local_ends, "local_ends");
+    for (const auto& [t, name] : inputs) {
+      if (t && *t) c.disjoint(*written, written_name, **t, name);
+    }
+  }
+  return tiles;
+}
 
+template <class T>
+void run_schedule(const ScheduleInputs& in) {
+  const int64_t tiles = check_schedule_args<T>(in);
   const c10::DeviceGuard guard(in.local_ends.device());
   SchedArgs a{};
   a.cu_seq_q = T::Q_PER_BLOCK > 1 ? in.cu_seq_q->const_data_ptr<int32_t>() : nullptr;
@@ -363,14 +411,34 @@ void build_schedule(const std::optional<at::Tensor>& cu_seq_q, const at::Tensor&
   dispatch(q_per_block, block_k, [&](auto traits) { run_schedule<decltype(traits)>(in); });
 }
 
+void check_schedule(const std::optional<at::Tensor>& cu_seq_q, const at::Tensor& local_ends,
+                    const std::optional<at::Tensor>& local_starts, const std::optional<at::Tensor>& row_to_batch,
+                    const at::Tensor& cta_info, const at::Tensor& cta_ranges, const at::Tensor& scratch,
+                    int64_t num_rows, int64_t batch, int64_t q_per_block, int64_t block_k) {
+  const ScheduleInputs in{cu_seq_q,   local_ends, local_starts, row_to_batch, cta_info,
+                          cta_ranges, scratch,    num_rows,     batch};
+  dispatch(q_per_block, block_k, [&](auto traits) { check_schedule_args<decltype(traits)>(in); });
+}
+
 void pa_mqa_logits_mxfp4(const at::Tensor& q, const at::Tensor& q_scale, const at::Tensor& kv_cache,
                          const at::Tensor& kv_scale, const at::Tensor& block_tables, const at::Tensor& weights,
                          const at::Tensor& cta_info, const at::Tensor& cta_ranges, const at::Tensor& local_ends,
                          const std::optional<at::Tensor>& local_starts, const at::Tensor& out, int64_t num_rows,
                          int64_t max_seq_len, double weight_scale, int64_t q_per_block, int64_t block_k) {
+  const std::optional<at::Tensor> written = out;
+  const LogitsInputs in{q, q_scale, kv_cache, kv_scale, block_tables, weights, cta_info, cta_ranges,
+                        local_ends, local_starts, written, num_rows, max_seq_len};
+  dispatch(q_per_block, block_k, [&](auto traits) { run_logits<decltype(traits)>(in, weight_scale); });
+}
+
+void check_logits(const at::Tensor& q, const at::Tensor& q_scale, const at::Tensor& kv_cache,
+                  const at::Tensor& kv_scale, const at::Tensor& block_tables, const at::Tensor& weights,
+                  const at::Tensor& cta_info, const at::Tensor& cta_ranges, const at::Tensor& local_ends,
+                  const std::optional<at::Tensor>& local_starts, const std::optional<at::Tensor>& out,
+                  int64_t num_rows, int64_t max_seq_len, int64_t q_per_block, int64_t block_k) {
   const LogitsInputs in{q, q_scale, kv_cache, kv_scale, block_tables, weights, cta_info, cta_ranges,
                         local_ends, local_starts, out, num_rows, max_seq_len};
-  dispatch(q_per_block, block_k, [&](auto traits) { run_logits<decltype(traits)>(in, weight_scale); });
+  dispatch(q_per_block, block_k, [&](auto traits) { check_shapes<decltype(traits)>(in); });
 }
 
 }  // namespace mxlogits::sm90
