@@ -23,12 +23,10 @@ import torch.nn.functional as F
 
 from .arch import arch_of
 from .manifest import MqaLogitsVariant, default_variant, manifest, variants
+from .mxfp4 import quantize_mxfp4
 from .op import pa_mqa_logits_mxfp4
 from .paged_cache import fused_kv_cache
 from .plan import MqaLogitsBuffers, MqaLogitsPlan, plan
-
-# E2M1 rounding midpoints and whether a tie there rounds up (to the even code): mx.quantize_mxfp4's rule.
-_MIDPOINTS = ((0.25, False), (0.75, True), (1.25, False), (1.75, True), (2.5, False), (3.5, True), (5.0, False))
 
 
 @torch.compiler.assume_constant_result  # a constant to torch.compile, which cannot trace the file read
@@ -51,26 +49,6 @@ def hadamard_transform(x: torch.Tensor) -> torch.Tensor:
         y = torch.stack((a + b, a - b), dim=-2)
         h *= 2
     return y.reshape(x.shape) * d**-0.5
-
-
-def quantize_mxfp4_in_graph(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """mx.quantize_mxfp4, bit for bit, with Python-float constants only: mx.quantize_mxfp4 builds
-    lookup tensors on the device, a host-to-device copy that a CUDA graph cannot capture."""
-    d = x.shape[-1]
-    blocks = x.to(torch.float64).reshape(*x.shape[:-1], d // 32, 32)
-    amax = blocks.abs().amax(dim=-1, keepdim=True)
-    finite = torch.isfinite(amax)
-    exp = (torch.floor(torch.log2(torch.where(finite & (amax > 0), amax, 1.0))) - 2).clamp(-127, 127)
-    exp = torch.where(amax > 0, exp, -127.0)
-    scaled = blocks / torch.exp2(exp)
-    mag = scaled.abs()
-    code = torch.zeros_like(mag, dtype=torch.uint8)
-    for mid, tie_up in _MIDPOINTS:  # code = midpoints passed; a tie goes to the even neighbour
-        code += (mag >= mid) if tie_up else (mag > mid)
-    code = torch.where(scaled < 0, code + 8, code)  # sign bit; -0.0 keeps code 0
-    code = torch.where(torch.isfinite(scaled), code, 0).reshape(*x.shape[:-1], d // 2, 2)
-    scales = torch.where(finite, exp + 127, 255.0).to(torch.uint8).squeeze(-1)
-    return code[..., 0] | (code[..., 1] << 4), scales
 
 
 def write_kv_in_graph(
@@ -222,7 +200,7 @@ class Indexer(torch.nn.Module):
         k = F.linear(x, self.wk).float()
         if self.hadamard:
             q, k = hadamard_transform(q), hadamard_transform(k)
-        return (*quantize_mxfp4_in_graph(q), *quantize_mxfp4_in_graph(k), F.linear(x, self.w_weights).float())
+        return (*quantize_mxfp4(q), *quantize_mxfp4(k), F.linear(x, self.w_weights).float())
 
     def write_cache(self, k: torch.Tensor, k_scale: torch.Tensor, batch: IndexerBatch) -> None:
         write_kv_in_graph(k, k_scale, batch.slot_mapping, *self.kv_views())

@@ -9,9 +9,9 @@ import torch
 
 BLOCK = 32
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
-# Midpoints between neighbouring E2M1 magnitudes; a tie rounds to the even code.
-_MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
-_TIE_ROUNDS_UP = (False, True, False, True, False, True, False)  # upper neighbour's code is even
+# Midpoints between neighbouring E2M1 magnitudes, and whether a tie there rounds up (to the upper
+# neighbour, whose code is even).
+_MIDPOINTS = ((0.25, False), (0.75, True), (1.25, False), (1.75, True), (2.5, False), (3.5, True), (5.0, False))
 
 
 def _e2m1_table(device) -> torch.Tensor:
@@ -37,25 +37,22 @@ def quantize_mxfp4(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     d = x.shape[-1]
     if d % BLOCK:
         raise ValueError(f"quantize_mxfp4: x: expected a last dim that is a multiple of {BLOCK}, found {d}")
+    # Python-float constants only (no lookup tensor copied to the device), so the quantizer
+    # captures in a CUDA graph and traces under torch.compile.
     blocks = x.to(torch.float64).reshape(*x.shape[:-1], d // BLOCK, BLOCK)
-    amax = blocks.abs().amax(dim=-1)
+    amax = blocks.abs().amax(dim=-1, keepdim=True)
     finite = torch.isfinite(amax)
-    safe = torch.where(finite & (amax > 0), amax, torch.ones_like(amax))
-    exp = (torch.floor(torch.log2(safe)) - 2).clamp(-127, 127)
-    exp = torch.where(amax > 0, exp, torch.full_like(exp, -127))
-    scaled = blocks / torch.exp2(exp).unsqueeze(-1)
+    exp = (torch.floor(torch.log2(torch.where(finite & (amax > 0), amax, 1.0))) - 2).clamp(-127, 127)
+    exp = torch.where(amax > 0, exp, -127.0)
+    scaled = blocks / torch.exp2(exp)
     mag = scaled.abs()
-    mids = torch.tensor(_MIDPOINTS, dtype=torch.float64, device=x.device)
-    code = torch.bucketize(mag, mids, right=False)  # index of the first midpoint >= mag
-    tie_up = torch.tensor(_TIE_ROUNDS_UP, device=x.device)
-    at_mid = (code < len(_MIDPOINTS)) & (mag == mids[code.clamp(max=len(_MIDPOINTS) - 1)])
-    code = code + (at_mid & tie_up[code.clamp(max=len(_MIDPOINTS) - 1)]).to(code.dtype)
-    code = code.clamp(max=7) | torch.where(scaled < 0, 8, 0)  # sign bit; -0.0 keeps code 0
-    code = torch.where(torch.isfinite(scaled), code, torch.zeros_like(code))
-    scales = torch.where(finite, exp + 127, torch.full_like(exp, 255)).to(torch.uint8)
-    nibbles = code.to(torch.uint8).reshape(*x.shape[:-1], d // 2, 2)
-    packed = nibbles[..., 0] | (nibbles[..., 1] << 4)
-    return packed, scales
+    code = torch.zeros_like(mag, dtype=torch.uint8)
+    for mid, tie_up in _MIDPOINTS:  # code = midpoints passed; a tie goes to the even neighbour
+        code += (mag >= mid) if tie_up else (mag > mid)
+    code = torch.where(scaled < 0, code + 8, code)  # sign bit; -0.0 keeps code 0
+    code = torch.where(torch.isfinite(scaled), code, 0).reshape(*x.shape[:-1], d // 2, 2)
+    scales = torch.where(finite, exp + 127, 255.0).to(torch.uint8).squeeze(-1)
+    return code[..., 0] | (code[..., 1] << 4), scales
 
 
 def dequantize_mxfp4(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,7 @@ builds across runs)."""
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -102,6 +103,20 @@ def make_case(contexts, rows, variant=None, *, seed: int = 0, max_seq_len: int |
     """A Scene on the device of `variant` (cpu for None); see mxlogits.synthetic.make_scene."""
     device = "cpu" if variant is None else device_of(variant)
     return make_scene(contexts, rows, device, seed=seed, max_seq_len=max_seq_len)
+
+
+def first_rows(case: Scene, n: int) -> Scene:
+    """The case's first n query rows (own copies of q, q_scale, weights), its keys unchanged: the
+    tensors a launch of a plan built for more rows is handed."""
+    return dataclasses.replace(
+        case,
+        q=case.q[:n].clone(),
+        q_scale=case.q_scale[:n].clone(),
+        weights=case.weights[:n].clone(),
+        local_ends=case.local_ends[:n],
+        local_starts=case.local_starts[:n],
+        row_to_batch=case.row_to_batch[:n],
+    )
 
 
 def make_plan(case: Scene, variant, *, num_ctas=None, row_to_batch=True, starts=True) -> mx.MqaLogitsPlan:

@@ -13,7 +13,17 @@ import re
 import mxlogits as mx
 import pytest
 import torch
-from conftest import assert_matches, device_of, make_case, make_plan, ops_of, reference, run_op, variant_with
+from conftest import (
+    assert_matches,
+    device_of,
+    first_rows,
+    make_case,
+    make_plan,
+    ops_of,
+    reference,
+    run_op,
+    variant_with,
+)
 
 NEG_INF = float("-inf")
 
@@ -134,15 +144,7 @@ def test_kernel_row_guard_through_a_raw_launch(variant):
     case = make_case(contexts, rows14, variant)
     p = make_plan(case, variant)
     assert any(r[4] > 0 and r[0] >= 10 for r in p.buffers.cta_info.tolist())
-    small = dataclasses.replace(
-        case,
-        q=case.q[:10].clone(),
-        q_scale=case.q_scale[:10].clone(),
-        weights=case.weights[:10].clone(),
-        local_ends=case.local_ends[:10],
-        local_starts=case.local_starts[:10],
-        row_to_batch=case.row_to_batch[:10],
-    )
+    small = first_rows(case, 10)
     out = torch.full((10, case.max_seq_len), NEG_INF, device=device_of(variant))
     ops = ops_of(variant.arch)
     ops.pa_mqa_logits_mxfp4(**raw_args(small, p, variant, out, num_rows=10))

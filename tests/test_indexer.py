@@ -112,9 +112,11 @@ def test_default_topk_pads_short_windows(arch):
     assert sorted(idx[1, :5].tolist()) == [0, 1, 2, 3, 4]
 
 
-def test_quantizer_is_the_package_rule(arch):
-    """quantize_mxfp4_in_graph is bit for bit mx.quantize_mxfp4: ties at every midpoint, saturation,
-    zeros, -0.0, NaN, inf, exponents at both clamps, random rows."""
+def test_quantizer_on_the_device_is_the_host_rule(arch):
+    """mx.quantize_mxfp4 (which the indexer runs inside its graph) gives the host's bytes on the device: ties
+    at every midpoint, saturation, zeros, -0.0, NaN, inf, exponents at both clamps, random rows."""
+    if arch == "cpu":
+        pytest.skip("the host is the reference")
     device = device_of(arch)
     mids = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0])
     x = torch.randn(40, 4, 128) * torch.logspace(-6, 6, 40)[:, None, None]
@@ -124,7 +126,7 @@ def test_quantizer_is_the_package_rule(arch):
     x[1, 1, 5], x[1, 2, 7], x[1, 3, 9] = float("nan"), float("inf"), float("-inf")
     x[2, 0], x[2, 1] = 1e-45, 3e38
     x[2, 2, :32] = torch.linspace(-7, 7, 32)  # beyond 6 saturates
-    packed, scales = ix.quantize_mxfp4_in_graph(x.to(device))
+    packed, scales = mx.quantize_mxfp4(x.to(device))
     ref_packed, ref_scales = mx.quantize_mxfp4(x)
     assert torch.equal(packed.cpu(), ref_packed) and torch.equal(scales.cpu(), ref_scales)
 

@@ -35,7 +35,7 @@ def test_values_and_defaults_reach_the_traits_and_the_manifest(tmp_path):
     for name, value in (("qlen1_kv64", 4), ("qlen4_kv64", 6)):
         block = entry.split(f"struct Tunables_{name} {{")[1].split("};")[0]
         assert f"static constexpr int stages = {value};" in block
-        assert f"Traits<InstanceTraits<" in entry and f"Tunables_{name}>;" in entry
+        assert "Traits<InstanceTraits<" in entry and f"Tunables_{name}>;" in entry
     manifest = json.loads(files["manifest.json"])
     assert manifest["arches"]["cpu"]["tunables"] == ["stages"]
     assert {i["name"]: i["tunables"] for i in manifest["instances"]} == {

@@ -12,7 +12,6 @@ instance table this prints "no GPU arch present" and exits 0."""
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import zlib
 from pathlib import Path
@@ -24,6 +23,7 @@ from conftest import (  # noqa: E402
     GPU_ARCH,
     GPU_VARIANTS,
     assert_matches,
+    first_rows,
     make_case,
     make_plan,
     ops_of,
@@ -103,15 +103,7 @@ def row_guard(v) -> None:
     case = make_case(contexts, rows, v)
     p = make_plan(case, v)
     assert any(r[4] > 0 and r[0] >= 10 for r in p.buffers.cta_info.tolist()), "no record past row 10 to drop"
-    small = dataclasses.replace(
-        case,
-        q=case.q[:10].clone(),
-        q_scale=case.q_scale[:10].clone(),
-        weights=case.weights[:10].clone(),
-        local_ends=case.local_ends[:10],
-        local_starts=case.local_starts[:10],
-        row_to_batch=case.row_to_batch[:10],
-    )
+    small = first_rows(case, 10)
     out = neg_inf(small)
 
     def run():
