@@ -28,6 +28,7 @@ from . import deepgemm_compat, indexer
 from .arch import arch_of
 from .build import built_library, cache_dir, jit_enabled
 from .indexer import Indexer, IndexerBatch, decode_batch, prefill_batch, variant_for
+from .layouts import check_layout, fused_views, from_layout, layout_of, to_layout
 from .manifest import MqaLogitsVariant, default_variant, tolerance, variants
 from .mxfp4 import dequantize_mxfp4, quantize_mxfp4
 from .op import pa_mqa_logits_mxfp4
@@ -45,13 +46,17 @@ __all__ = [
     "block_table_width",
     "built_library",
     "cache_dir",
+    "check_layout",
     "decode_batch",
     "deepgemm_compat",
     "default_variant",
     "dequantize_mxfp4",
+    "from_layout",
     "fused_kv_cache",
+    "fused_views",
     "indexer",
     "jit_enabled",
+    "layout_of",
     "pa_mqa_logits_mxfp4",
     "plan",
     "plan_buffers",
@@ -59,6 +64,7 @@ __all__ = [
     "quantize_mxfp4",
     "reference_logits",
     "split_fused_pages",
+    "to_layout",
     "tolerance",
     "variant_for",
     "variants",

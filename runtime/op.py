@@ -6,6 +6,7 @@ import torch
 
 from .arch import arch_of
 from .build import ops
+from .layouts import arch_layout, check_layout
 from .manifest import manifest
 from .plan import MqaLogitsPlan, count_arg
 from .validate import check_launch
@@ -87,6 +88,9 @@ def pa_mqa_logits_mxfp4(
             f"mxlogits: block_tables: expected at least {plan.batch} rows (the plan's batch), "
             f"found shape {tuple(block_tables.shape)}"
         )
+    expected = arch_layout(arch)  # refuse a tensor laid out for another arch (SPEC §6)
+    for name in ("q_scale", "kv_cache", "kv_scale"):
+        check_layout(name, named[name], name, expected)
     v = plan.variant
     module = ops(arch)
     leading = (q, q_scale, kv_cache, kv_scale, block_tables, weights, plan.buffers.cta_info, plan.buffers.cta_ranges,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from .layouts import layout_of, scatter_tokens
 from .manifest import manifest
 
 
@@ -45,7 +46,8 @@ def write_paged_kv(
 ) -> None:
     """Token i (packed [N, D/2], scales [N, D/32]) goes to page slot_mapping[i] // PAGE, row
     slot_mapping[i] % PAGE; negative slots (padding) are skipped. Writes through views, so a
-    fused buffer's views are filled in place. Checks slot bounds (one host sync on a GPU)."""
+    fused buffer's views are filled in place; kv_cache/kv_scale in either layout (SPEC §6,
+    layouts.fused_views). Checks slot bounds (one host sync on a GPU)."""
     m = manifest()
     n = packed.shape[0] if packed.dim() == 2 else -1
     for name, t, width in (("packed", packed, m.head_dim // 2), ("scales", scales, m.head_dim // 32)):
@@ -57,10 +59,10 @@ def write_paged_kv(
         raise ValueError(
             f"mxlogits: slot_mapping: expected an integer [{n}] tensor, found {slot_mapping.dtype} {tuple(slot_mapping.shape)}"
         )
-    if kv_cache.shape[:2] != kv_scale.shape[:2] or kv_cache.shape[1] != m.page_size:
+    if kv_cache.shape[:1] != kv_scale.shape[:1] or not _same_layout(kv_cache, kv_scale):
         raise ValueError(
-            f"mxlogits: kv_cache/kv_scale: expected [pages, {m.page_size}, ...] with equal pages, "
-            f"found {tuple(kv_cache.shape)} and {tuple(kv_scale.shape)}"
+            f"mxlogits: kv_cache/kv_scale: expected [pages, {m.page_size}, ...] (or the mfma_permuted layout of "
+            f"both) with equal pages, found {tuple(kv_cache.shape)} and {tuple(kv_scale.shape)}"
         )
     capacity = kv_cache.shape[0] * m.page_size
     live = slot_mapping >= 0
@@ -70,5 +72,11 @@ def write_paged_kv(
             f"mxlogits: slot_mapping: expected slots < {capacity} (pages x PAGE), found {int(slots.max())}"
         )
     pages, rows = slots // m.page_size, slots % m.page_size
-    kv_cache[pages, rows] = packed[live]
-    kv_scale[pages, rows] = scales[live]
+    scatter_tokens(packed[live], scales[live], pages, rows, kv_cache, kv_scale)
+
+
+def _same_layout(kv_cache: torch.Tensor, kv_scale: torch.Tensor) -> bool:
+    try:
+        return layout_of(kv_cache, "kv_cache") == layout_of(kv_scale, "kv_scale")
+    except ValueError:
+        return False

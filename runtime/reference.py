@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from .layouts import from_layout
 from .mxfp4 import dequantize_mxfp4
 
 
@@ -35,9 +36,13 @@ def reference_logits(
 ) -> torch.Tensor:
     """out[r, t] = sum_h weight_scale * weights[r, h] * maximum(dot(Q[r, h], K[t]), 0) for t in
     [local_starts[r], local_ends[r]) clipped to [0, max_seq_len); other cells stay as given
-    (-inf in a new `out`). Natural layouts. The sequence of row r is row_to_batch[r], else the
+    (-inf in a new `out`). Either layout of SPEC §6. The sequence of row r is row_to_batch[r], else the
     sequence of cu_seq_q holding r, else r; a row whose sequence is not a row of block_tables
     produces nothing, as in the kernels."""
+    q_scale, kv_cache, kv_scale = (  # rank 4: the mfma_permuted layout
+        from_layout(t, k) if t.dim() == 4 else t
+        for t, k in ((q_scale, "q_scale"), (kv_cache, "kv_cache"), (kv_scale, "kv_scale"))
+    )
     page = kv_cache.shape[1]
     n = q.shape[0] if num_rows is None else num_rows
     if out is None:

@@ -1,0 +1,164 @@
+"""Tensor layouts of the key/query scales and key values (SPEC §6): converters between the natural
+layout and gfx950's "mfma_permuted" layout, layout detection, and the refusal of a tensor laid out
+for another arch. The same bytes in either layout: ranks and shapes tell them apart.
+
+mfma_permuted, per R-row group (R = H heads of one query row, or the PAGE tokens of one page) of
+B = D/32 scale bytes per row: the byte of row o = 32·mi + m and block b = 2·kt + g is stored at
+[g, m, kt·(R/32) + mi] of a [2, 32, (B/2)·(R/32)] group (for R = 64, B = 4: [g, m, 2·kt + mi]).
+Values: the 16 bytes of block b of token o of page p are at [p, b, o, :] ([pages, B, PAGE, 16]).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .manifest import manifest
+
+NATURAL, PERMUTED = "natural", "mfma_permuted"
+LAYOUTS = (NATURAL, PERMUTED)
+KINDS = ("q_scale", "kv_cache", "kv_scale")
+# The arches of each layout (SPEC §6), with those of the instance table added.
+_ARCHES = {NATURAL: ("cpu", "sm90", "gfx1250"), PERMUTED: ("gfx950",)}
+
+
+# Filled from the manifest on first use: plain dicts trace under torch.compile, manifest() does not.
+_SHAPES: dict[str, dict[str, tuple[int, ...]]] = {}
+_ARCH_LAYOUT: dict[str, str] = {}
+
+
+def _shapes(kind: str) -> dict[str, tuple[int, ...]]:
+    """Inner shape (after the leading T or pages dim) of `kind` in each layout."""
+    shapes = _SHAPES.get(kind)
+    if shapes is None:
+        shapes = _SHAPES[kind] = _manifest_shapes(kind)
+    return shapes
+
+
+def _manifest_shapes(kind: str) -> dict[str, tuple[int, ...]]:
+    m = manifest()
+    blocks = m.head_dim // 32
+    if kind == "kv_cache":
+        return {NATURAL: (m.page_size, m.head_dim // 2), PERMUTED: (blocks, m.page_size, 16)}
+    if kind not in KINDS:
+        raise ValueError(f"mxlogits: kind: expected one of {KINDS}, found {kind!r}")
+    rows = m.heads if kind == "q_scale" else m.page_size
+    return {NATURAL: (rows, blocks), PERMUTED: (2, 32, blocks // 2 * (rows // 32))}
+
+
+def _scale_positions(rows: int, blocks: int) -> tuple[torch.Tensor, ...]:
+    """(o, b, g, m, c): natural [o, b] of a group goes to permuted [g, m, c], one entry per byte."""
+    o = torch.arange(rows).repeat_interleave(blocks)
+    b = torch.arange(blocks).repeat(rows)
+    mi, kt = o // 32, b // 2
+    return o, b, b % 2, o % 32, kt * (rows // 32) + mi
+
+
+def layout_of(tensor: torch.Tensor, kind: str) -> str:
+    """"natural" or "mfma_permuted" from the rank and shape of `tensor` (a `kind` tensor); raises
+    ValueError when it is neither."""
+    shapes = _shapes(kind)
+    for layout, inner in shapes.items():
+        if tensor.dim() == 1 + len(inner) and tuple(tensor.shape[1:]) == inner:
+            return layout
+    expected = " or ".join(f"{layout} [N, {', '.join(map(str, s))}]" for layout, s in shapes.items())
+    raise ValueError(f"mxlogits: {kind}: expected the {expected} layout, found shape {tuple(tensor.shape)}")
+
+
+def to_layout(tensor: torch.Tensor, kind: str, layout: str) -> torch.Tensor:
+    """`tensor` (a `kind` tensor in either layout) in `layout`; a new contiguous tensor unless it
+    is already in `layout` (then `tensor` itself)."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"mxlogits: layout: expected one of {LAYOUTS}, found {layout!r}")
+    source = layout_of(tensor, kind)
+    if source == layout:
+        return tensor
+    n, shape = tensor.shape[0], _shapes(kind)
+    if kind == "kv_cache":  # [N, PAGE, B·16] <-> [N, B, PAGE, 16]: swap the token and block dims
+        pages, blocks = shape[NATURAL][0], shape[PERMUTED][0]
+        if layout == PERMUTED:
+            return tensor.reshape(n, pages, blocks, 16).transpose(1, 2).contiguous()
+        return tensor.transpose(1, 2).reshape(n, *shape[NATURAL]).contiguous()
+    o, b, g, m, c = (t.to(tensor.device) for t in _scale_positions(*shape[NATURAL]))
+    out = tensor.new_empty((n, *shape[layout]))
+    if layout == PERMUTED:
+        out[:, g, m, c] = tensor[:, o, b]
+    else:
+        out[:, o, b] = tensor[:, g, m, c]
+    return out
+
+
+def from_layout(tensor: torch.Tensor, kind: str) -> torch.Tensor:
+    """`tensor` in the natural layout, from either layout."""
+    return to_layout(tensor, kind, NATURAL)
+
+
+def layout_arches(layout: str) -> tuple[str, ...]:
+    """The arches whose kernels read `layout`."""
+    table = {a.name for a in manifest().arches.values() if a.scale_layout == layout}
+    return tuple(sorted(table | set(_ARCHES.get(layout, ()))))
+
+
+def arch_layout(arch: str) -> str | None:
+    """The layout `arch` reads (its record's scale_layout); None while not yet known under
+    torch.compile (the op's own shape checks still refuse a wrong layout there)."""
+    layout = _ARCH_LAYOUT.get(arch)
+    if layout is None and not torch.compiler.is_compiling():
+        layout = _ARCH_LAYOUT[arch] = manifest().arches[arch].scale_layout
+        for kind in KINDS:
+            _shapes(kind)
+    return layout
+
+
+def check_layout(name: str, tensor, kind: str, expected_layout: str | None) -> None:
+    """Raise when `tensor` (argument `name`) is laid out as another layout than `expected_layout`.
+    A tensor of neither layout's shape (or no tensor, or expected_layout None) passes: the op's
+    shape checks report it."""
+    if expected_layout is None or not isinstance(tensor, torch.Tensor):
+        return
+    try:
+        found = layout_of(tensor, kind)
+    except ValueError:
+        return
+    if found != expected_layout:
+        inner = ", ".join(map(str, _shapes(kind)[expected_layout]))
+        raise ValueError(
+            f"mxlogits: {name}: expected the {expected_layout} layout [N, {inner}] of this arch, found shape "
+            f"{tuple(tensor.shape)}, which looks like the {found} ({', '.join(layout_arches(found))}) layout; "
+            f"convert it with mxlogits.to_layout({name}, {kind!r}, {expected_layout!r})"
+        )
+
+
+def fused_views(buffer: torch.Tensor, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """uint8 [pages, PAGE·(D/2 + D/32)] fused page buffer (a page's value bytes, then its scale
+    bytes) -> (kv_cache, kv_scale) views of it in `layout`."""
+    from .paged_cache import split_fused_pages  # paged_cache imports this module
+
+    kv_cache, kv_scale = split_fused_pages(buffer)
+    if layout == NATURAL:
+        return kv_cache, kv_scale
+    if layout not in LAYOUTS:
+        raise ValueError(f"mxlogits: layout: expected one of {LAYOUTS}, found {layout!r}")
+    pages = buffer.shape[0]
+    return kv_cache.view(pages, *_shapes("kv_cache")[layout]), kv_scale.view(pages, *_shapes("kv_scale")[layout])
+
+
+def scatter_tokens(
+    packed: torch.Tensor,
+    scales: torch.Tensor,
+    pages: torch.Tensor,
+    rows: torch.Tensor,
+    kv_cache: torch.Tensor,
+    kv_scale: torch.Tensor,
+) -> None:
+    """Token i (packed [N, D/2], scales [N, D/32]) to page pages[i], row rows[i] of a paged cache
+    in either layout (that of kv_cache; write_paged_kv checks both), through views."""
+    if layout_of(kv_cache, "kv_cache") == NATURAL:
+        kv_cache[pages, rows] = packed
+        kv_scale[pages, rows] = scales
+        return
+    blocks = _shapes("kv_cache")[PERMUTED][0]
+    b = torch.arange(blocks, device=pages.device)
+    kv_cache[pages[:, None], b, rows[:, None]] = packed.reshape(-1, blocks, 16)
+    # One group per page: a token's bytes are those of row `row` of _scale_positions.
+    _, _, g, m, c = (t.to(pages.device).view(-1, blocks) for t in _scale_positions(*_shapes("kv_scale")[NATURAL]))
+    kv_scale[pages[:, None], g[rows], m[rows], c[rows]] = scales
