@@ -4,11 +4,11 @@ present device, checked against the fp32 reference (python -m mxlogits demo)."""
 from __future__ import annotations
 
 import statistics
-import time
 
 import torch
 
 from .arch import arch_of
+from .bench_timing import call_seconds
 from .manifest import default_variant, manifest, tolerance, variants
 from .op import pa_mqa_logits_mxfp4
 from .plan import plan, plan_buffers
@@ -18,21 +18,7 @@ from .synthetic import Scene, make_scene
 
 def _timed(fn, device: torch.device, repeats: int) -> float:
     """Median seconds of `fn` after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            stop.record()
-            stop.synchronize()
-            times.append(start.elapsed_time(stop) / 1e3)
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return statistics.median(call_seconds([fn], device, repeats))
 
 
 def run_case(title: str, scene: Scene, variant, device: torch.device, repeats: int = 5) -> dict:

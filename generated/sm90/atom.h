@@ -11,7 +11,6 @@
 
 namespace mxlogits::sm90::atom {
 
-inline constexpr int kM = 64;  // tokens per instruction (one page)
 inline constexpr int kK = 16;  // bf16 elements of D per instruction
 
 // ---- lane maps (warp w of the warpgroup, lane l) ----------------------------------------------
