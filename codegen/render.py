@@ -100,6 +100,7 @@ def render_all(table: InstanceTable, templates: Path) -> dict[str, str]:
     emit("common/sched.h", "common/sched.h.j2")
     emit("common/check.h", "common/check.h.j2")
     emit("common/launch.h", "common/launch.h.j2")
+    emit("common/records.h", "common/records.h.j2")
     emit("common/sched_device.h", "common/sched_device.h.j2")
     arch_files: dict[str, list[str]] = {}
     for arch in sorted(table.arches, key=lambda a: a.name):

@@ -10,6 +10,7 @@
 #include <limits>
 #include <memory>
 
+#include "common/records.h"
 #include "common/sched.h"
 #include "cpu/entry.h"
 
@@ -89,13 +90,6 @@ inline void score_row(const float (*q)[kHeads], const float* w, const float (*k)
   }
 }
 
-inline float weight(const KernelArgs& a, int64_t i) {
-  if (a.weights_bf16) {
-    return float_of_bits(uint32_t(static_cast<const uint16_t*>(a.weights)[i]) << 16);
-  }
-  return static_cast<const float*>(a.weights)[i];
-}
-
 template <class T>
 inline void load_q(const KernelArgs& a, int64_t row, Scratch<T>& s, int slot) {
   float tmp[kHeadDim];
@@ -103,7 +97,7 @@ inline void load_q(const KernelArgs& a, int64_t row, Scratch<T>& s, int slot) {
     const int64_t i = row * kHeads + h;
     dequant_row(a.q + i * kRowBytes, a.q_scale + i * kRowScales, tmp);
     for (int d = 0; d < kHeadDim; ++d) s.q[slot][d][h] = tmp[d];
-    s.w[slot][h] = a.weight_scale * weight(a, i);
+    s.w[slot][h] = a.weight_scale * records::weight(a, i);
   }
 }
 
@@ -133,20 +127,14 @@ inline void load_k(const KernelArgs& a, int64_t batch, int64_t t0, int64_t t1, S
 
 template <class T>
 inline void run_record(const KernelArgs& a, const CtaRecord& rec, Scratch<T>& s) {
-  // CTA-uniform guards: a record this plan could not have produced touches nothing.
-  if (rec.chunk_count <= 0 || rec.row_id < 0 || rec.row_id >= a.num_rows) return;
-  if (rec.batch_id < 0 || rec.batch_id >= a.num_seqs) return;
-  const int64_t rows = std::min<int64_t>({rec.row_count, T::Q_PER_BLOCK, a.num_rows - rec.row_id});
-  const int64_t lo = std::max<int64_t>({int64_t(rec.chunk_start) * T::BLOCK_K, rec.local_start, 0});
-  const int64_t hi = std::min<int64_t>(
-      {(int64_t(rec.chunk_start) + rec.chunk_count) * T::BLOCK_K, rec.local_end, a.max_seq_len});
-  if (lo >= hi) return;
+  const records::Span span = records::span_of<T::Q_PER_BLOCK, T::BLOCK_K>(a, rec);
+  const int64_t rows = span.rows, lo = span.lo, hi = span.hi;
   int64_t from[T::Q_PER_BLOCK], to[T::Q_PER_BLOCK];  // each row's own window within [lo, hi)
   for (int64_t i = 0; i < rows; ++i) {
-    const int64_t r = rec.row_id + i;
-    from[i] = std::max<int64_t>(a.local_starts ? a.local_starts[r] : 0, lo);
-    to[i] = std::min<int64_t>(a.local_ends[r], hi);
-    if (from[i] < to[i]) load_q<T>(a, r, s, int(i));
+    const records::Window w = records::window_of(a, span, rec.row_id + i);
+    from[i] = w.from;
+    to[i] = w.to;
+    if (from[i] < to[i]) load_q<T>(a, rec.row_id + i, s, int(i));
   }
   for (int64_t c0 = lo - lo % T::BLOCK_K; c0 < hi; c0 += T::BLOCK_K) {
     const int64_t t0 = std::max(c0, lo), t1 = std::min(c0 + T::BLOCK_K, hi);

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "common/launch.h"
+#include "common/records.h"
 #include "common/sched_device.h"
 #include "sm90/atom.h"
 #include "sm90/convert.h"
@@ -69,30 +70,10 @@ __device__ inline void math_barrier(int threads) {
 
 // ---- records ----------------------------------------------------------------------------------
 
-// The tokens [lo, hi) a record covers, or none: the CTA-uniform guards of SPEC §5, evaluated
-// identically by the producer and the math warpgroups (their page sequences must agree).
-struct Span {
-  int64_t lo, hi;
-  int rows;
-};
-
+// The producer and the math warpgroups evaluate the same guards (their page sequences must agree).
 template <class T>
-__device__ inline Span span_of(const KernelArgs& a, const CtaRecord& r) {
-  const Span none{0, 0, 0};
-  if (r.chunk_count <= 0 || r.row_id < 0 || r.row_id >= a.num_rows || r.row_count <= 0) return none;
-  if (r.batch_id < 0 || r.batch_id >= a.num_seqs) return none;
-  int64_t rows = r.row_count < T::Q_PER_BLOCK ? r.row_count : T::Q_PER_BLOCK;
-  if (rows > a.num_rows - r.row_id) rows = a.num_rows - r.row_id;
-  const int64_t c0 = int64_t(r.chunk_start) * T::BLOCK_K, c1 = (int64_t(r.chunk_start) + r.chunk_count) * T::BLOCK_K;
-  const int64_t lo = max(max(c0, int64_t(r.local_start)), int64_t(0));
-  const int64_t hi = min(min(c1, int64_t(r.local_end)), int64_t(a.max_seq_len));
-  if (lo >= hi) return none;
-  return Span{lo, hi, int(rows)};
-}
-
-__device__ inline float weight(const KernelArgs& a, int64_t i) {
-  if (a.weights_bf16) return __uint_as_float(uint32_t(static_cast<const uint16_t*>(a.weights)[i]) << 16);
-  return static_cast<const float*>(a.weights)[i];
+__device__ inline records::Span span_of(const KernelArgs& a, const CtaRecord& r) {
+  return records::span_of<T::Q_PER_BLOCK, T::BLOCK_K>(a, r);
 }
 
 // ---- producer ---------------------------------------------------------------------------------
@@ -107,7 +88,7 @@ __device__ void produce(const KernelArgs& a, Shared<T>& sh, int begin, int end) 
   uint32_t g = 0;  // pages issued by this CTA: slot g % STAGES, use g / STAGES of that slot
   for (int j = begin; j < end; ++j) {
     const CtaRecord r = records[j];
-    const Span span = span_of<T>(a, r);
+    const records::Span span = span_of<T>(a, r);
     if (span.rows == 0) continue;
     const int32_t* table = a.block_tables + int64_t(r.batch_id) * a.block_table_stride;
     const int64_t first = span.lo / kPageSize, last = (span.hi - 1) / kPageSize;
@@ -148,7 +129,7 @@ __device__ inline void store_block(uint8_t* q, int b, int n, const uint4& words,
 // The tile's queries into shared memory as wgmma B (bf16, in convert::logical_k order), its
 // folded weights and its rows' windows. Rows past the tile are zeros and write nothing.
 template <class T>
-__device__ void load_tile(const KernelArgs& a, Shared<T>& sh, const CtaRecord& r, const Span& span, int tid) {
+__device__ void load_tile(const KernelArgs& a, Shared<T>& sh, const CtaRecord& r, const records::Span& span, int tid) {
   for (int u = tid; u < T::Q_PER_BLOCK * kHeads * kRowScales; u += T::MATH_THREADS) {
     const int i = u / (kHeads * kRowScales), h = u / kRowScales % kHeads, b = u % kRowScales;
     const int n = i * kHeads + h;
@@ -158,7 +139,7 @@ __device__ void load_tile(const KernelArgs& a, Shared<T>& sh, const CtaRecord& r
       const int64_t head = (int64_t(r.row_id) + i) * kHeads + h;
       words = *reinterpret_cast<const uint4*>(a.q + head * kRowBytes + b * (kScaleBlock / 2));
       scales = *reinterpret_cast<const uint32_t*>(a.q_scale + head * kRowScales);
-      if (b == 0) sh.w[i][h] = a.weight_scale * weight(a, head) * convert::row_factor(convert::max_exponent(scales));
+      if (b == 0) sh.w[i][h] = a.weight_scale * records::weight(a, head) * convert::row_factor(convert::max_exponent(scales));
     } else if (b == 0) {
       sh.w[i][h] = 0.f;
     }
@@ -166,14 +147,9 @@ __device__ void load_tile(const KernelArgs& a, Shared<T>& sh, const CtaRecord& r
     store_block(sh.q, b, n, words, mult, std::make_integer_sequence<int, kScaleBlock / 2>{});
   }
   if (tid < T::Q_PER_BLOCK) {
-    int64_t from = 0, to = 0;
-    if (tid < span.rows) {
-      const int64_t row = int64_t(r.row_id) + tid;
-      from = max(a.local_starts ? int64_t(a.local_starts[row]) : int64_t(0), span.lo);
-      to = min(int64_t(a.local_ends[row]), span.hi);
-    }
-    sh.from[tid] = int32_t(from);
-    sh.to[tid] = int32_t(to < from ? from : to);
+    const records::Window w = tid < span.rows ? records::window_of(a, span, int64_t(r.row_id) + tid) : records::Window{0, 0};
+    sh.from[tid] = int32_t(w.from);
+    sh.to[tid] = int32_t(w.to);
   }
 }
 
@@ -335,7 +311,7 @@ __device__ void consume(const KernelArgs& a, Shared<T>& sh, int begin, int end) 
   uint32_t g = 0;  // the producer's page count, walked in the same order
   for (int j = begin; j < end; ++j) {
     const CtaRecord r = records[j];
-    const Span span = span_of<T>(a, r);
+    const records::Span span = span_of<T>(a, r);
     if (span.rows == 0) continue;
     math_barrier(T::MATH_THREADS);  // the previous tile's queries are no longer read
     load_tile<T>(a, sh, r, span, tid);
