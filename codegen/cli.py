@@ -4,6 +4,7 @@ mxlogits-gen            write what changed, delete generated files no instance p
 mxlogits-gen --check    exit 1 with a diff if generated/ is stale (CI)
 mxlogits-gen --list     print the files it would write
 mxlogits-gen --ptxas    compile generated/'s cuda instance TUs, report registers/smem/spills (CI)
+mxlogits-gen --isa      compile generated/'s hip instance TUs to AMDGPU ISA, report and check resources (CI)
 """
 
 from __future__ import annotations
@@ -107,13 +108,20 @@ def main(argv: list[str] | None = None) -> int:
         help="compile the output tree's cuda instance TUs with nvcc and report ptxas resources per kernel; "
         "exit 1 on a spill or stack frame, 2 on a compile error",
     )
+    mode.add_argument(
+        "--isa",
+        action="store_true",
+        help="compile the output tree's hip instance TUs to AMDGPU ISA with clang++-22 (device pass, no ROCm) "
+        "and report resources per kernel; exit 1 on scratch, a spill, a missing expected instruction or a "
+        "kernel over its arch record's isa limits, 2 on a compile error",
+    )
     argv = sys.argv[1:] if argv is None else argv
     args = ap.parse_args(argv)
 
-    if args.ptxas:  # reads the rendered tree as it is; --check is what verifies it is current
-        from .ptxas import report
+    if args.ptxas or args.isa:  # reads the rendered tree as it is; --check is what verifies it is current
+        from . import isa, ptxas
 
-        return report(args.out or (args.root or _find_root(Path.cwd())) / "generated")
+        return (ptxas if args.ptxas else isa).report(args.out or (args.root or _find_root(Path.cwd())) / "generated")
     root = args.root or _find_root(Path.cwd())
     yaml_path = args.yaml or root / "instances.yaml"
     templates = args.templates or root / "templates"

@@ -19,7 +19,7 @@ from pathlib import Path
 from mxlogits.device_flags import device_flags
 
 JOBS = 2  # CI runners are small; a GPU body's TU takes most of a core and a few GB
-_INSTANCE_TU = re.compile(r"(?P<arch>\w+)/instance_(?P<instance>\w+)\.cu")
+_INSTANCE_TU = re.compile(r"(?P<arch>\w+)/instance_(?P<instance>\w+)\.(cu|hip|cpp)")
 _ENTRY = re.compile(r"Compiling entry function '([^']+)'")
 _PROPERTIES = re.compile(r"Function properties for (\S+)")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -71,23 +71,29 @@ def parse_ptxas(text: str) -> list[Function]:
     return list(functions.values())
 
 
-def instance_units(generated: Path, doc: dict, nvcc: str) -> list[Unit]:
-    """One compile per instance TU of every cuda arch of `doc`, generated/manifest.json."""
-    units = []
+def instance_tus(generated: Path, doc: dict, family: str) -> list[tuple[str, str, Path, dict]]:
+    """(arch, instance, TU path, arch record) of every instance TU of `family`'s arches in `doc`
+    (generated/manifest.json): what the ptxas and ISA reports compile, one process each."""
+    tus = []
     for arch, rec in sorted(doc["arches"].items()):
-        if rec["family"] != "cuda":
+        if rec["family"] != family:
             continue
         for source in rec["sources"]:
             m = _INSTANCE_TU.fullmatch(source)
-            if m is None or m.group("arch") != arch:
-                continue
-            tu = generated / source
-            command = (
-                nvcc, "-c", "-o", os.devnull, "-x", "cu", str(tu), "-I", str(generated),
-                *rec["flags"], *device_flags("cuda", rec["target"]), "-Xptxas", "-v",
-            )  # fmt: skip
-            units.append(Unit(arch, m.group("instance"), tu, command))
-    return units
+            if m is not None and m.group("arch") == arch:
+                tus.append((arch, m.group("instance"), generated / source, rec))
+    return tus
+
+
+def instance_units(generated: Path, doc: dict, nvcc: str) -> list[Unit]:
+    """One compile per instance TU of every cuda arch of `doc`."""
+    return [
+        Unit(arch, instance, tu, (
+            nvcc, "-c", "-o", os.devnull, "-x", "cu", str(tu), "-I", str(generated),
+            *rec["flags"], *device_flags("cuda", rec["target"]), "-Xptxas", "-v",
+        ))  # fmt: skip
+        for arch, instance, tu, rec in instance_tus(generated, doc, "cuda")
+    ]
 
 
 def _demangle(names: list[str]) -> dict[str, str]:

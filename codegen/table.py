@@ -39,6 +39,15 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 _EXPRESSIONS = jinja2.Environment(undefined=jinja2.StrictUndefined)
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# An arch record's `isa` limits, held by `mxlogits-gen --isa` against every kernel of the device pass:
+# key -> (the report's attribute, its column, whether the limit is a minimum).
+ISA_LIMITS = {
+    "max_vgprs": ("vgprs", "VGPRs", False),
+    "max_agprs": ("agprs", "AGPRs", False),
+    "max_sgprs": ("sgprs", "SGPRs", False),
+    "max_lds_bytes": ("lds", "LDS bytes", False),
+    "min_occupancy": ("occupancy", "waves/SIMD", True),
+}
 
 
 class TableError(ValueError):
@@ -78,6 +87,15 @@ class Budget:
 
 
 @dataclass(frozen=True)
+class Isa:
+    """What the device pass of a hip arch must produce (checked by `mxlogits-gen --isa`, not by the
+    templates): instructions matching each `expect` regex, and every kernel within `limits`."""
+
+    expect: tuple[str, ...]
+    limits: tuple[tuple[str, int], ...]  # (ISA_LIMITS key, value)
+
+
+@dataclass(frozen=True)
 class Arch:
     name: str
     family: str
@@ -87,6 +105,7 @@ class Arch:
     scale_layout: str
     budgets: tuple[Budget, ...]
     tunables: tuple[Tunable, ...]
+    isa: Isa | None
     line: int = field(compare=False)
     column: int = field(compare=False)
 
@@ -215,7 +234,7 @@ def _table(r: _Reader, node: yaml.Node) -> Table:
 def _arch(r: _Reader, node: yaml.Node, i: int, templates: Path) -> Arch:
     key = f"arches[{i}]"
     keys = ("name", "family", "target", "flags", "scale_layout")
-    m = r.mapping(node, key, keys + ("budgets", "sanitize_flags", "tunables"), keys)
+    m = r.mapping(node, key, keys + ("budgets", "sanitize_flags", "tunables", "isa"), keys)
     name = r.identifier(m["name"], f"{key}.name")
     for part in ("traits.h.j2", "body.h.j2"):
         if not (templates / "arch" / name / part).is_file():
@@ -230,6 +249,9 @@ def _arch(r: _Reader, node: yaml.Node, i: int, templates: Path) -> Arch:
     flags = _flags(r, m["flags"], f"{key}.flags", fam, ())
     sanitize = _flags(r, m["sanitize_flags"], f"{key}.sanitize_flags", fam, flags) if "sanitize_flags" in m else ()
     tunables = _tunables(r, m["tunables"], f"{key}.tunables") if "tunables" in m else ()
+    if "isa" in m and fam != "hip":
+        raise r.error(m["isa"], f"{key}.isa", "isa limits on a hip arch only (its device pass is what --isa reads)",
+                      f"them on a {fam} arch")
     return Arch(
         name=name,
         family=fam,
@@ -239,9 +261,30 @@ def _arch(r: _Reader, node: yaml.Node, i: int, templates: Path) -> Arch:
         scale_layout=r.string(m["scale_layout"], f"{key}.scale_layout", f"one of {list(SCALE_LAYOUTS)}", SCALE_LAYOUTS),
         budgets=_budgets(r, m["budgets"], f"{key}.budgets", tunables) if "budgets" in m else (),
         tunables=tunables,
+        isa=_isa(r, m["isa"], f"{key}.isa") if "isa" in m else None,
         line=node.start_mark.line + 1,
         column=node.start_mark.column + 1,
     )
+
+
+def _isa(r: _Reader, node: yaml.Node, key: str) -> Isa:
+    """`isa: {expect: [regex, ...], max_vgprs: N, ..., min_occupancy: N}`, every key optional."""
+    m = r.mapping(node, key, ("expect",) + tuple(ISA_LIMITS), ())
+    expect = []
+    for j, e in enumerate(r.sequence(m["expect"], f"{key}.expect") if "expect" in m else ()):
+        pattern = r.string(e, f"{key}.expect[{j}]", "a regular expression over one instruction line")
+        try:
+            re.compile(pattern)
+        except re.error as err:
+            raise r.error(e, f"{key}.expect[{j}]", "a valid regular expression", f"{pattern!r}: {err}") from None
+        expect.append(pattern)
+    limits = []
+    for name, (_, _, at_least) in ISA_LIMITS.items():
+        if name in m:
+            low = 1 if at_least else 0  # a maximum may be 0 (no AGPRs); a minimum occupancy is a wave or more
+            limits.append((name, r.integer(m[name], f"{key}.{name}", f"an integer in [{low}, {INT32_MAX}]",
+                                           lambda v, low=low: low <= v <= INT32_MAX)))  # fmt: skip
+    return Isa(tuple(expect), tuple(limits))
 
 
 def _flags(r: _Reader, node: yaml.Node, key: str, family: str, base: tuple[str, ...]) -> tuple[str, ...]:

@@ -1,7 +1,8 @@
 """Shared builders: one op call's inputs from (contexts, rows) on a variant's device, the op, the
 reference, and the comparison of SPEC §3 (in-window cells within the instance's bound, other
-cells untouched). Every op test runs on every arch present on this machine: cpu, and the arch
-of the CUDA/HIP device when the instance table has one (those params carry the gpu mark).
+cells untouched). Every op test is parametrised over every instance of the table (GPU ones carry the
+gpu mark) and runs on the arches present on this machine: cpu, and the arch of the CUDA/HIP device
+when the table has one; the others are reported skipped with the reason.
 
 The suite builds into a cache of its own, never the user's (~/.cache/mxlogits): one directory for
 the whole session, which subprocesses inherit, so each module builds once. It is a fresh
@@ -32,6 +33,7 @@ import mxlogits as mx  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from mxlogits.build import sanitize_enabled  # noqa: E402
+from mxlogits.manifest import manifest  # noqa: E402
 from mxlogits.synthetic import Scene, make_scene  # noqa: E402
 
 
@@ -48,6 +50,7 @@ def _gpu_arch() -> str | None:
 
 GPU_ARCH = _gpu_arch()
 PRESENT_ARCHES = ["cpu"] + ([GPU_ARCH] if GPU_ARCH else [])
+TABLE_ARCHES = list(dict.fromkeys(v.arch for v in mx.variants()))  # every arch of the instance table
 CPU_VARIANTS = mx.variants("cpu")
 GPU_VARIANTS = mx.variants(GPU_ARCH) if GPU_ARCH else ()
 PRESENT_VARIANTS = tuple(v for arch in PRESENT_ARCHES for v in mx.variants(arch))
@@ -62,25 +65,39 @@ def variant_id(v: mx.MqaLogitsVariant) -> str:
     return f"{v.arch}-{v.name}"
 
 
+def _absent(arch: str) -> str:
+    """Why `arch`'s params do not run here."""
+    rec = manifest().arches[arch]
+    if sanitize_enabled():
+        return f"{arch} ({rec.family} {rec.target}): the sanitizer job runs the host arch only"
+    here = f"this machine's GPU is {GPU_ARCH}" if GPU_ARCH else "this machine has no GPU of an arch in the table"
+    return f"{arch} runs on a {rec.family} {rec.target} GPU only; {here}"
+
+
 def _marks(arch: str):
-    return () if arch == "cpu" else (pytest.mark.gpu,)
+    if arch == "cpu":
+        return ()
+    return (pytest.mark.gpu,) + (() if arch in PRESENT_ARCHES else (pytest.mark.skip(reason=_absent(arch)),))
 
 
 def variant_params(variants=PRESENT_VARIANTS) -> list:
-    """pytest params of `variants`, ids like cpu-qlen1_kv64 / sm90-qlen1_kv64, GPU ones marked gpu."""
+    """pytest params of `variants`, ids like cpu-qlen1_kv64 / sm90-qlen1_kv64, GPU ones marked gpu and
+    those of an arch this machine cannot run skipped with the reason."""
     return [pytest.param(v, id=variant_id(v), marks=_marks(v.arch)) for v in variants]
 
 
-def arch_params() -> list:
-    return [pytest.param(a, id=a, marks=_marks(a)) for a in PRESENT_ARCHES]
+def arch_params(arches=PRESENT_ARCHES) -> list:
+    return [pytest.param(a, id=a, marks=_marks(a)) for a in arches]
 
 
-@pytest.fixture(params=variant_params())
+# Every instance of the table is a param: those of an arch absent here are reported skipped, so the
+# suite that runs on an sm90 or gfx950 machine is visibly the one collected here.
+@pytest.fixture(params=variant_params(mx.variants()))
 def variant(request) -> mx.MqaLogitsVariant:
     return request.param
 
 
-@pytest.fixture(params=arch_params())
+@pytest.fixture(params=arch_params(TABLE_ARCHES))
 def arch(request) -> str:
     return request.param
 

@@ -68,7 +68,7 @@ def test_stub_hip_arch_compiles_on_its_device_pass_and_the_host_pass(tmp_path, s
     from test_ptxas import render_stub
 
     generated = render_stub(tmp_path, HIP_TABLE)
-    shim = Path(__file__).resolve().parent / "fixtures" / "hip_shim.h"
+    shim = ROOT / "codegen" / "hip_shim.h"
     for tu in sorted((generated / "stubhip").glob("instance_*.hip")):
         cmd = [CLANG, "-x", "hip", "--offload-arch=gfx950", side, "-nogpuinc", "-nogpulib", "-std=c++17", "-O2",
                "-S", "-o", "-", "-include", str(shim), f"-I{generated}", str(tu)]

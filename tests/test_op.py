@@ -188,6 +188,24 @@ def test_nan_q_scale_poisons_its_row(variant):
     assert not torch.isnan(out[others]).any()
 
 
+@pytest.mark.parametrize("side", ["kv", "q"])
+def test_scale_blocks_far_apart(variant, side):
+    """Tokens (side kv, on every other page) or query heads (side q) whose block 0 is scaled 2^20
+    above the other three, against zeros in block 0 of the other operand: every logit comes from
+    the small blocks alone, so a path that cannot hold that spread (sm90's fp8 operands, exact to
+    2^11) must give way to an exact one for just those pages or tiles."""
+    case = make_case([600], [(0, 0, 600), (0, 37, 500), (0, 64, 600)], variant, seed=23)
+    pages = case.block_tables[0, :10].long()
+    if side == "kv":
+        odd = pages[1::2]
+        case.kv_scale[odd, :, 0] = (case.kv_scale[odd, :, 1:].amax(dim=-1) + 20).clamp(max=254)
+        case.q[:, :, :16] = 0
+    else:
+        case.q_scale[:, :, 0] = (case.q_scale[:, :, 1:].amax(dim=-1) + 20).clamp(max=254)
+        case.kv_cache[pages, :, :16] = 0
+    assert_matches(run_op(case, variant), reference(case), variant)
+
+
 # ---- torch.library ---------------------------------------------------------------------------
 
 

@@ -25,10 +25,12 @@ inline constexpr int kPageValueBytes = kPageSize * kRowBytes;    // 4 KiB
 inline constexpr int kPageScaleBytes = kPageSize * kRowScales;   // 256 B
 inline constexpr int kSlotBytes = kPageValueBytes + kPageScaleBytes;
 inline constexpr int kMathBarrier = 1;  // named barrier of the math warpgroups (0 is __syncthreads)
+inline constexpr int kVoteBarrier = 2;  // 2 + w: warpgroup w's vote on a page's operand kind
 
 template <class T>
 struct alignas(128) Shared {
-  uint8_t q[T::N * kHeadDim * 2];                   // wgmma B: the tile's queries in bf16 (atom::b_offset)
+  uint8_t q8[T::N * kHeadDim];                      // wgmma B: the tile's queries in e4m3 (atom::b_offset)
+  uint8_t q16[T::N * kHeadDim * 2];                 // and in bf16, for the exact path
   uint8_t kv[T::STAGES][kSlotBytes];                // one page per slot: values, then scales
   float w[T::Q_PER_BLOCK][kHeads];                  // weight_scale * weights * 2^(m_h - 127)
   int32_t from[T::Q_PER_BLOCK], to[T::Q_PER_BLOCK];  // each row's window within the record
@@ -66,6 +68,17 @@ __device__ inline void bulk_copy(void* dst, const void* src, uint32_t bytes, uin
 }
 __device__ inline void math_barrier(int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"n"(kMathBarrier), "r"(threads) : "memory");
+}
+
+// All `threads` threads (warps of named barrier `id`) meet; true when `pred` held on every one.
+__device__ inline bool all_of(bool pred, int id, int threads) {
+  uint32_t all;
+  asm volatile(
+      "{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.and.pred q, %2, %3, p;\nselp.u32 %0, 1, 0, q;\n}\n"
+      : "=r"(all)
+      : "r"(uint32_t(pred)), "r"(id), "r"(threads)
+      : "memory");
+  return all != 0;
 }
 
 // ---- records ----------------------------------------------------------------------------------
@@ -118,18 +131,12 @@ __device__ void produce(const KernelArgs& a, Shared<T>& sh, int begin, int end) 
 
 // ---- math warpgroups --------------------------------------------------------------------------
 
-// Block b of query column n, converted, at its k positions of wgmma B.
-template <int... R>
-__device__ inline void store_block(uint8_t* q, int b, int n, const uint4& words, uint32_t mult,
-                                   std::integer_sequence<int, R...>) {
-  ((*reinterpret_cast<uint32_t*>(q + atom::b_offset(convert::logical_k(b, R, 0), n)) = convert::pair<R>(words, mult)),
-   ...);
-}
-
-// The tile's queries into shared memory as wgmma B (bf16, in convert::logical_k order), its
-// folded weights and its rows' windows. Rows past the tile are zeros and write nothing.
+// The query tile as wgmma B in both operand kinds (convert:: k order), its folded weights, its
+// rows' windows. Returns whether every head of the tile fits the fp8 path. Rows past the tile
+// are zeros and write nothing.
 template <class T>
-__device__ void load_tile(const KernelArgs& a, Shared<T>& sh, const CtaRecord& r, const records::Span& span, int tid) {
+__device__ bool load_tile(const KernelArgs& a, Shared<T>& sh, const CtaRecord& r, const records::Span& span, int tid) {
+  bool fp8 = true;
   for (int u = tid; u < T::Q_PER_BLOCK * kHeads * kRowScales; u += T::MATH_THREADS) {
     const int i = u / (kHeads * kRowScales), h = u / kRowScales % kHeads, b = u % kRowScales;
     const int n = i * kHeads + h;
@@ -139,46 +146,152 @@ __device__ void load_tile(const KernelArgs& a, Shared<T>& sh, const CtaRecord& r
       const int64_t head = (int64_t(r.row_id) + i) * kHeads + h;
       words = *reinterpret_cast<const uint4*>(a.q + head * kRowBytes + b * (kScaleBlock / 2));
       scales = *reinterpret_cast<const uint32_t*>(a.q_scale + head * kRowScales);
-      if (b == 0) sh.w[i][h] = a.weight_scale * records::weight(a, head) * convert::row_factor(convert::max_exponent(scales));
-    } else if (b == 0) {
-      sh.w[i][h] = 0.f;
     }
-    const uint32_t mult = convert::block_multiplier((scales >> (8 * b)) & 0xFFu, convert::max_exponent(scales));
-    store_block(sh.q, b, n, words, mult, std::make_integer_sequence<int, kScaleBlock / 2>{});
+    const uint32_t m = convert::max_exponent(scales), e = (scales >> (8 * b)) & 0xFFu;
+    if (b == 0) {
+      sh.w[i][h] = i < span.rows ? a.weight_scale * records::weight(a, (int64_t(r.row_id) + i) * kHeads + h) *
+                                       convert::row_factor(m, 0)
+                                 : 0.f;
+    }
+    fp8 = fp8 && convert::fp8_exact(e, m, words);
+    const uint32_t mult = convert::bf16_multiplier(e, m);
+#pragma unroll
+    for (int R = 0; R < kScaleBlock / 2; ++R) {
+      const int k = convert::bf16_logical_k(b, R, 0);
+      *reinterpret_cast<uint32_t*>(sh.q16 + atom::b_offset<atom::Bf16>(k, n)) = convert::bf16_pair(R, words, mult);
+    }
+    const uint2 table = convert::fp8_table(e, m);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t w = j == 0 ? words.x : j == 1 ? words.y : j == 2 ? words.z : words.w;
+      *reinterpret_cast<uint32_t*>(sh.q8 + atom::b_offset<atom::Fp8>(convert::fp8_logical_k(b, j, 0, 0), n)) =
+          convert::fp8_quad<0>(w, table);
+      *reinterpret_cast<uint32_t*>(sh.q8 + atom::b_offset<atom::Fp8>(convert::fp8_logical_k(b, j, 1, 0), n)) =
+          convert::fp8_quad<1>(w, table);
+    }
   }
   if (tid < T::Q_PER_BLOCK) {
     const records::Window w = tid < span.rows ? records::window_of(a, span, int64_t(r.row_id) + tid) : records::Window{0, 0};
     sh.from[tid] = int32_t(w.from);
     sh.to[tid] = int32_t(w.to);
   }
+  return fp8;
 }
 
-// The A fragments of every k-step S for this thread: tokens (row0, row0 + 8), block q of each
-// (atom::a_row / a_col: register r holds row r % 2 and k pair r / 2).
-template <int First, int... S>
-__device__ inline void fragments(uint32_t (&frag)[sizeof...(S)][4], const uint4& v0, const uint4& v1, uint32_t m0,
-                                 uint32_t m1, std::integer_sequence<int, S...>) {
-  ((frag[S][0] = convert::pair<2 * (First + S)>(v0, m0), frag[S][1] = convert::pair<2 * (First + S)>(v1, m1),
-    frag[S][2] = convert::pair<2 * (First + S) + 1>(v0, m0), frag[S][3] = convert::pair<2 * (First + S) + 1>(v1, m1)),
-   ...);
+// One page in registers: the block (quad lane q) of this thread's two tokens, the block's
+// exponent and each token's largest (four bytes of one word), and whether both tokens fit the
+// fp8 path. A page outside kv_cache leaves
+// zeros and NaN factors (NaN cells).
+struct Page {
+  uint4 v0, v1;
+  uint32_t exponents;  // e0 | e1 << 8 | m0 << 16 | m1 << 24
+  bool ok, fp8;
+  __device__ uint32_t e0() const { return exponents & 0xFFu; }
+  __device__ uint32_t e1() const { return (exponents >> 8) & 0xFFu; }
+  __device__ uint32_t m0() const { return (exponents >> 16) & 0xFFu; }
+  __device__ uint32_t m1() const { return exponents >> 24; }
+};
+
+template <class T>
+__device__ inline Page load_page(Shared<T>& sh, uint32_t g) {
+  const int t = threadIdx.x % 128, lane = t % 32, q = lane % 4, r0 = atom::a_row(t / 32, lane, 0);
+  const int s = g % T::STAGES;
+  mbar_wait(&sh.full[s], (g / T::STAGES) & 1);
+  const uint8_t* slot = sh.kv[s];
+  Page p{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, sh.page[s] >= 0, true};
+  uint32_t sc0 = 0, sc1 = 0;
+  if (p.ok) {
+    p.v0 = *reinterpret_cast<const uint4*>(slot + r0 * kRowBytes + q * (kScaleBlock / 2));
+    p.v1 = *reinterpret_cast<const uint4*>(slot + (r0 + 8) * kRowBytes + q * (kScaleBlock / 2));
+    sc0 = *reinterpret_cast<const uint32_t*>(slot + kPageValueBytes + r0 * kRowScales);
+    sc1 = *reinterpret_cast<const uint32_t*>(slot + kPageValueBytes + (r0 + 8) * kRowScales);
+  }
+  mbar_arrive(&sh.empty[s]);
+  const uint32_t m0 = convert::max_exponent(sc0), m1 = convert::max_exponent(sc1);
+  const uint32_t e0 = (sc0 >> (8 * q)) & 0xFFu, e1 = (sc1 >> (8 * q)) & 0xFFu;
+  p.exponents = e0 | e1 << 8 | m0 << 16 | m1 << 24;
+  p.fp8 = convert::fp8_exact(e0, m0, p.v0) && convert::fp8_exact(e1, m1, p.v1);
+  return p;
 }
 
-// Converts k-steps S and S + 1 into `frag` and issues them. The previous pair's fragments stay
+// A token's factor 2^(m - 127 - shift); NaN when the page lies outside kv_cache.
+__device__ inline float token_factor(const Page& p, uint32_t m, int shift) {
+  return p.ok ? convert::row_factor(m, shift) : __uint_as_float(0x7FC00000u);
+}
+
+// A page's operands of one kind: per-block conversion constants and the tokens' factors.
+template <class K>
+struct Operands;
+template <>
+struct Operands<atom::Fp8> {
+  uint2 t0, t1;  // PRMT tables of the two tokens' blocks
+  float f0, f1;
+  // Both operands carry 2^kFp8Shift more than the weights' fold of the query (row_factor(m, 0)).
+  __device__ static Operands of(const Page& p) {
+    return {convert::fp8_table(p.e0(), p.m0()), convert::fp8_table(p.e1(), p.m1()),
+            token_factor(p, p.m0(), 2 * convert::kFp8Shift), token_factor(p, p.m1(), 2 * convert::kFp8Shift)};
+  }
+  // A registers of k-step S: word S of the block, low and high nibble quads, both tokens.
+  template <int S>
+  __device__ void fragment(uint32_t (&f)[4], const Page& p) const {
+    f[0] = convert::fp8_quad<0>(convert::word<S>(p.v0), t0);
+    f[1] = convert::fp8_quad<0>(convert::word<S>(p.v1), t1);
+    f[2] = convert::fp8_quad<1>(convert::word<S>(p.v0), t0);
+    f[3] = convert::fp8_quad<1>(convert::word<S>(p.v1), t1);
+  }
+};
+template <>
+struct Operands<atom::Bf16> {
+  uint32_t x0, x1;  // bf16x2 multipliers of the two tokens' blocks
+  float f0, f1;
+  __device__ static Operands of(const Page& p) {
+    return {convert::bf16_multiplier(p.e0(), p.m0()), convert::bf16_multiplier(p.e1(), p.m1()), token_factor(p, p.m0(), 0),
+            token_factor(p, p.m1(), 0)};
+  }
+  template <int S>
+  __device__ void fragment(uint32_t (&f)[4], const Page& p) const {
+    f[0] = convert::bf16_pair(2 * S, p.v0, x0);
+    f[1] = convert::bf16_pair(2 * S, p.v1, x1);
+    f[2] = convert::bf16_pair(2 * S + 1, p.v0, x0);
+    f[3] = convert::bf16_pair(2 * S + 1, p.v1, x1);
+  }
+};
+
+// Converts k-steps 2P and 2P + 1 into `frag` and issues them. The previous pair's fragments stay
 // pinned until their instructions retired (wait_group 1), so the conversion of later k-steps
 // overlaps the tensor cores and only two pairs of fragments are ever live.
-template <int N, int S>
+template <class K, int N, int P>
 __device__ inline void issue_pair(float (&d)[N / 2], uint32_t (&frag)[2][4], uint32_t (&previous)[2][4],
-                                  const uint4& v0, const uint4& v1, uint32_t m0, uint32_t m1, uint64_t b) {
-  if constexpr (S >= 4) {
+                                  const Operands<K>& o, const Page& p, uint64_t b) {
+  if constexpr (P >= 2) {
     atom::wait<1>();
     atom::pin(frag);
   }
-  fragments<S>(frag, v0, v1, m0, m1, std::make_integer_sequence<int, 2>{});
+  o.template fragment<2 * P>(frag[0], p);
+  o.template fragment<2 * P + 1>(frag[1], p);
   atom::fence();
-  atom::Mma<N>::run(d, frag[0], b + atom::b_advance(S, 0), S);
-  atom::Mma<N>::run(d, frag[1], b + atom::b_advance(S + 1, 0), 1);
+  atom::Mma<K, N>::run(d, frag[0], b + atom::b_advance<K>(2 * P, 0), P);
+  atom::Mma<K, N>::run(d, frag[1], b + atom::b_advance<K>(2 * P + 1, 0), 1);
   atom::commit();
   atom::pin(previous);
+}
+
+// A single-pass page: its k-steps issued in pipelined pairs into d, then retired.
+template <class K, int N, int... P>
+__device__ inline void multiply_page(const Operands<K>& o, const Page& p, uint64_t desc, float (&d)[N / 2],
+                                     std::integer_sequence<int, P...>) {
+  uint32_t fa[2][4], fb[2][4];
+  (issue_pair<K, N, P>(d, P % 2 ? fb : fa, P % 2 ? fa : fb, o, p, desc), ...);
+  atom::wait<0>();
+  atom::pin(fa);
+  atom::pin(fb);
+  atom::pin(d);
+}
+
+template <class K, int... S>
+__device__ inline void all_fragments(uint32_t (&frag)[sizeof...(S)][4], const Operands<K>& o, const Page& p,
+                                     std::integer_sequence<int, S...>) {
+  (o.template fragment<S>(frag[S], p), ...);
 }
 
 // relu(acc) * w summed over the heads of the pass's rows, times each token's factor, written
@@ -192,16 +305,20 @@ __device__ inline void reduce_store(const KernelArgs& a, const Shared<T>& sh, co
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
     const float* w = sh.w[first_row + i];
-    float p0 = 0.f, p1 = 0.f;
+    float p0 = 0.f, p1 = 0.f, q0 = 0.f, q1 = 0.f;  // four independent chains: FFMA latency hides
 #pragma unroll
     for (int jj = 0; jj < kHeads / 8; ++jj) {
       const int j = i * (kHeads / 8) + jj;
       const float2 wj = *reinterpret_cast<const float2*>(w + atom::acc_col(lane, 4 * jj));
+      // fmaxf drops a NaN, but none reaches d: E2M1 has no NaN, and a NaN scale or a page
+      // outside kv_cache is carried by the factors f0/f1 and the weights instead.
       p0 = fmaf(wj.x, fmaxf(d[4 * j], 0.f), p0);
-      p0 = fmaf(wj.y, fmaxf(d[4 * j + 1], 0.f), p0);
+      q0 = fmaf(wj.y, fmaxf(d[4 * j + 1], 0.f), q0);
       p1 = fmaf(wj.x, fmaxf(d[4 * j + 2], 0.f), p1);
-      p1 = fmaf(wj.y, fmaxf(d[4 * j + 3], 0.f), p1);
+      q1 = fmaf(wj.y, fmaxf(d[4 * j + 3], 0.f), q1);
     }
+    p0 += q0;
+    p1 += q1;
     p0 += __shfl_xor_sync(0xFFFFFFFFu, p0, 1);
     p0 += __shfl_xor_sync(0xFFFFFFFFu, p0, 2);
     p1 += __shfl_xor_sync(0xFFFFFFFFu, p1, 1);
@@ -218,87 +335,54 @@ __device__ inline void reduce_store(const KernelArgs& a, const Shared<T>& sh, co
   }
 }
 
-// One page in registers: the block of this thread's two tokens, their scales, and where the
-// page's results go. A page outside kv_cache leaves zeros and NaN factors (NaN cells).
-struct Page {
-  uint4 v0, v1;
-  uint32_t m0, m1;  // bf16x2 block multipliers
-  float f0, f1;     // the tokens' factors 2^(m - 127), or NaN
-  int64_t token0;
-};
-
-template <class T>
-__device__ inline Page load_page(Shared<T>& sh, uint32_t g, int64_t token0) {
-  const int t = threadIdx.x % 128, lane = t % 32, q = lane % 4, r0 = atom::a_row(t / 32, lane, 0);
-  const int s = g % T::STAGES;
-  mbar_wait(&sh.full[s], (g / T::STAGES) & 1);
-  const uint8_t* slot = sh.kv[s];
-  const bool page_ok = sh.page[s] >= 0;
-  Page p{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), 0, 0, 0.f, 0.f, token0};
-  uint32_t sc0 = 0, sc1 = 0;
-  if (page_ok) {
-    p.v0 = *reinterpret_cast<const uint4*>(slot + r0 * kRowBytes + q * (kScaleBlock / 2));
-    p.v1 = *reinterpret_cast<const uint4*>(slot + (r0 + 8) * kRowBytes + q * (kScaleBlock / 2));
-    sc0 = *reinterpret_cast<const uint32_t*>(slot + kPageValueBytes + r0 * kRowScales);
-    sc1 = *reinterpret_cast<const uint32_t*>(slot + kPageValueBytes + (r0 + 8) * kRowScales);
-  }
-  mbar_arrive(&sh.empty[s]);
-  const uint32_t mx0 = convert::max_exponent(sc0), mx1 = convert::max_exponent(sc1);
-  const float nan = __uint_as_float(0x7FC00000u);
-  p.f0 = page_ok ? convert::row_factor(mx0) : nan;
-  p.f1 = page_ok ? convert::row_factor(mx1) : nan;
-  p.m0 = convert::block_multiplier((sc0 >> (8 * q)) & 0xFFu, mx0);
-  p.m1 = convert::block_multiplier((sc1 >> (8 * q)) & 0xFFu, mx1);
-  return p;
-}
-
-// A single-pass page: its 8 k-steps issued in pipelined pairs into d, then retired.
-template <class T>
-__device__ inline void multiply_page(const Page& p, uint64_t desc, float (&d)[T::N / 2]) {
-  static_assert(T::N == T::N_PASS && kHeadDim / atom::kK == 8, "one pass, four pairs of k-steps");
-  uint32_t fa[2][4], fb[2][4];
-  issue_pair<T::N, 0>(d, fa, fb, p.v0, p.v1, p.m0, p.m1, desc);
-  issue_pair<T::N, 2>(d, fb, fa, p.v0, p.v1, p.m0, p.m1, desc);
-  issue_pair<T::N, 4>(d, fa, fb, p.v0, p.v1, p.m0, p.m1, desc);
-  issue_pair<T::N, 6>(d, fb, fa, p.v0, p.v1, p.m0, p.m1, desc);
-  atom::wait<0>();
-  atom::pin(fa);
-  atom::pin(fb);
-  atom::pin(d);
-}
-
-// The pages i0, i0 + step, ... (< pages) of a record, each converted, multiplied (in passes of
-// 128 columns when the tile has more) and reduced in turn.
-template <class T>
-__device__ void consume_pages(const KernelArgs& a, Shared<T>& sh, uint64_t desc, uint32_t g, int64_t first,
-                              int64_t i0, int64_t pages, int64_t row0) {
-  constexpr int step = T::MATH_WARPGROUPS, kRows = T::N_PASS / kHeads;
+// One page in one operand kind: multiplied (in passes of N_PASS columns when the tile has
+// more) and reduced.
+template <class T, class K>
+__device__ inline void process_page(const KernelArgs& a, const Shared<T>& sh, const Page& p, int64_t token0,
+                                    uint64_t desc, int64_t row0) {
+  constexpr int kSteps = kHeadDim / K::kK, kRows = T::N_PASS / kHeads;
+  const Operands<K> o = Operands<K>::of(p);
   if constexpr (T::N == T::N_PASS) {
-    for (int64_t i = i0; i < pages; i += step) {
-      const Page p = load_page<T>(sh, g + uint32_t(i), (first + i) * kPageSize);
-      float d[T::N / 2];
-      multiply_page<T>(p, desc, d);
-      reduce_store<T, kRows>(a, sh, d, 0, p.token0, row0, p.f0, p.f1);
-    }
-  } else {  // N in passes of 128 columns (two query rows): one pass's accumulators at a time
-    for (int64_t i = i0; i < pages; i += step) {
-      const Page p = load_page<T>(sh, g + uint32_t(i), (first + i) * kPageSize);
-      uint32_t frag[kHeadDim / atom::kK][4];
-      fragments<0>(frag, p.v0, p.v1, p.m0, p.m1, std::make_integer_sequence<int, kHeadDim / atom::kK>{});
+    float d[T::N / 2];
+    multiply_page<K, T::N>(o, p, desc, d, std::make_integer_sequence<int, kSteps / 2>{});
+    reduce_store<T, kRows>(a, sh, d, 0, token0, row0, o.f0, o.f1);
+  } else {  // one pass's accumulators at a time, over fragments converted once
+    uint32_t frag[kSteps][4];
+    all_fragments<K>(frag, o, p, std::make_integer_sequence<int, kSteps>{});
 #pragma unroll
-      for (int pass = 0; pass < T::N / T::N_PASS; ++pass) {
-        float d[T::N_PASS / 2];
-        atom::fence();
+    for (int pass = 0; pass < T::N / T::N_PASS; ++pass) {
+      float d[T::N_PASS / 2];
+      atom::fence();
 #pragma unroll
-        for (int k = 0; k < kHeadDim / atom::kK; ++k) {
-          atom::Mma<T::N_PASS>::run(d, frag[k], desc + atom::b_advance(k, pass * T::N_PASS), k);
-        }
-        atom::commit();
-        atom::wait<0>();
-        atom::pin(d);
-        reduce_store<T, kRows>(a, sh, d, pass * kRows, p.token0, row0, p.f0, p.f1);
+      for (int k = 0; k < kSteps; ++k) {
+        atom::Mma<K, T::N_PASS>::run(d, frag[k], desc + atom::b_advance<K>(k, pass * T::N_PASS), k);
       }
-      atom::pin(frag);
+      atom::commit();
+      atom::wait<0>();
+      atom::pin(d);
+      reduce_store<T, kRows>(a, sh, d, pass * kRows, token0, row0, o.f0, o.f1);
+    }
+    atom::pin(frag);
+  }
+}
+
+// The pages i0, i0 + step, ... (< pages) of a record: each in fp8 unless the tile or one of the
+// page's tokens needs the exact path. The operand kind must be uniform over the warpgroup, so
+// its threads vote on each page. (Taking the next page's vote between the current page's
+// multiply and head sum, while the warps are in step, kept a second page live: 3-11% slower.)
+template <class T>
+__device__ void consume_pages(const KernelArgs& a, Shared<T>& sh, bool tile_fp8, uint32_t g, int64_t first,
+                              int64_t i0, int64_t pages, int64_t row0) {
+  constexpr int step = T::MATH_WARPGROUPS;
+  const int vote = kVoteBarrier + threadIdx.x / 128;
+  const uint64_t desc8 = atom::b_descriptor<atom::Fp8>(sh.q8), desc16 = atom::b_descriptor<atom::Bf16>(sh.q16);
+  for (int64_t i = i0; i < pages; i += step) {
+    const Page p = load_page<T>(sh, g + uint32_t(i));
+    const int64_t token0 = (first + i) * kPageSize;
+    if (tile_fp8 && all_of(p.fp8, vote, 128)) {
+      process_page<T, atom::Fp8>(a, sh, p, token0, desc8, row0);
+    } else {
+      process_page<T, atom::Bf16>(a, sh, p, token0, desc16, row0);
     }
   }
 }
@@ -307,20 +391,19 @@ template <class T>
 __device__ void consume(const KernelArgs& a, Shared<T>& sh, int begin, int end) {
   const int tid = threadIdx.x, wg = tid / 128;
   const auto* records = reinterpret_cast<const CtaRecord*>(a.cta_info);
-  const uint64_t desc = atom::b_descriptor(sh.q);
   uint32_t g = 0;  // the producer's page count, walked in the same order
   for (int j = begin; j < end; ++j) {
     const CtaRecord r = records[j];
     const records::Span span = span_of<T>(a, r);
     if (span.rows == 0) continue;
     math_barrier(T::MATH_THREADS);  // the previous tile's queries are no longer read
-    load_tile<T>(a, sh, r, span, tid);
+    const bool fp8 = load_tile<T>(a, sh, r, span, tid);
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic writes -> wgmma reads
-    math_barrier(T::MATH_THREADS);
+    const bool tile_fp8 = all_of(fp8, kMathBarrier, T::MATH_THREADS);
     const int64_t first = span.lo / kPageSize, pages = (span.hi - 1) / kPageSize + 1 - first;
     // Page g of the CTA's sequence goes to warpgroup g % MATH_WARPGROUPS.
     const int64_t i0 = (wg - int(g % T::MATH_WARPGROUPS) + T::MATH_WARPGROUPS) % T::MATH_WARPGROUPS;
-    consume_pages<T>(a, sh, desc, g, first, i0, pages, r.row_id);
+    consume_pages<T>(a, sh, tile_fp8, g, first, i0, pages, r.row_id);
     g += uint32_t(pages);
   }
 }

@@ -29,7 +29,7 @@ struct Tunables_qlen2_kv64 {
   static constexpr int stages = 16;
   static constexpr int warpgroups = 3;
   static constexpr int ctas_per_sm = 1;
-  static constexpr int pass_columns = 64;
+  static constexpr int pass_columns = 128;
 };
 using Traits_qlen2_kv64 = Traits<InstanceTraits<2, 64, 132>, Tunables_qlen2_kv64>;
 extern template LaunchStatus launch_schedule<Traits_qlen2_kv64>(const LaunchContext&, const SchedArgs&);
@@ -39,7 +39,7 @@ struct Tunables_qlen4_kv64 {
   static constexpr int stages = 16;
   static constexpr int warpgroups = 3;
   static constexpr int ctas_per_sm = 1;
-  static constexpr int pass_columns = 64;
+  static constexpr int pass_columns = 128;
 };
 using Traits_qlen4_kv64 = Traits<InstanceTraits<4, 64, 132>, Tunables_qlen4_kv64>;
 extern template LaunchStatus launch_schedule<Traits_qlen4_kv64>(const LaunchContext&, const SchedArgs&);
