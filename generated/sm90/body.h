@@ -153,7 +153,7 @@ __device__ bool load_tile(const KernelArgs& a, Shared<T>& sh, const CtaRecord& r
                                        convert::row_factor(m, 0)
                                  : 0.f;
     }
-    fp8 = fp8 && convert::fp8_exact(e, m, words);
+    fp8 = fp8 && (convert::fp8_exact(e, m) || convert::zero_block(words));
     const uint32_t mult = convert::bf16_multiplier(e, m);
 #pragma unroll
     for (int R = 0; R < kScaleBlock / 2; ++R) {
@@ -210,7 +210,9 @@ __device__ inline Page load_page(Shared<T>& sh, uint32_t g) {
   const uint32_t m0 = convert::max_exponent(sc0), m1 = convert::max_exponent(sc1);
   const uint32_t e0 = (sc0 >> (8 * q)) & 0xFFu, e1 = (sc1 >> (8 * q)) & 0xFFu;
   p.exponents = e0 | e1 << 8 | m0 << 16 | m1 << 24;
-  p.fp8 = convert::fp8_exact(e0, m0, p.v0) && convert::fp8_exact(e1, m1, p.v1);
+  // All-zero blocks far below their token's largest are not told apart here (per page that costs
+  // more than the exact path they rarely need).
+  p.fp8 = convert::fp8_exact(e0, m0) && convert::fp8_exact(e1, m1);
   return p;
 }
 

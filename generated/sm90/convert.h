@@ -33,20 +33,19 @@ __device__ inline uint32_t max_exponent(uint32_t scales) {
   return max(lo, hi);
 }
 
-// 2^(m - 127 - shift) in fp32 (subnormal when small), NaN for m = 255; shift <= 22.
+// 2^(m - 127 - shift) in fp32 (subnormal when small), NaN for m = 255; shift <= 22. E8M0's own
+// encoding as fp32 bits (2^-127 for m = 0, a quiet NaN for 255) times 2^-shift: exact, the
+// product a power of two no smaller than 2^-149.
 __device__ inline float row_factor(uint32_t m, int shift) {
-  if (m == 255u) return __uint_as_float(0x7FC00000u);
-  const int e = int(m) - 127 - shift;
-  return __uint_as_float(e >= -126 ? uint32_t(e + 127) << 23 : 1u << (e + 149));
+  const uint32_t bits = m == 0u ? 0x00400000u : m << 23 | (m + 1u) >> 8 << 22;
+  return __uint_as_float(bits) * __uint_as_float(uint32_t(127 - shift) << 23);
 }
 
-// Whether a block's 32 elements are all (signed) zeros.
+// Whether a block's 32 elements are all (signed) zeros: its scale then does not matter.
 __device__ inline bool zero_block(const uint4& w) { return ((w.x | w.y | w.z | w.w) & 0x77777777u) == 0u; }
 
 // Whether the fp8 path holds a block of exponent e in a row of largest exponent m exactly.
-__device__ inline bool fp8_exact(uint32_t e, uint32_t m, const uint4& words) {
-  return int(m) - int(e) <= kFp8Spread || zero_block(words);
-}
+__device__ inline bool fp8_exact(uint32_t e, uint32_t m) { return int(m) - int(e) <= kFp8Spread; }
 
 // Word j of a block.
 template <int J>
