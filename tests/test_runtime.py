@@ -85,6 +85,25 @@ def test_arch_probe():
         mx.arch_of("meta")
 
 
+def test_rocm_probe_reads_gcn_arch_name_once_per_device(monkeypatch):
+    """On a ROCm torch a device's arch is its gcnArchName without the feature suffixes, probed once per
+    device and cached; an arch the table lacks raises naming what the table has."""
+    names = {0: "gfx950:sramecc+:xnack-", 1: "gfx1250", 2: "gfx942:sramecc+:xnack-"}
+    probed = []
+
+    def properties(dev):
+        probed.append(dev.index)
+        return type("Props", (), {"gcnArchName": names[dev.index]})()
+
+    monkeypatch.setattr(torch.version, "hip", "7.0.0", raising=False)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
+    monkeypatch.setattr(mx.arch, "_arch_by_device", {})
+    assert [mx.arch_of(f"cuda:{i}") for i in (0, 0, 1, 1)] == ["gfx950", "gfx950", "gfx1250", "gfx1250"]
+    assert probed == [0, 1]
+    with pytest.raises(RuntimeError, match=r"cuda:2 is hip gfx942, which no arch of the instance table targets.*gfx950 "):
+        mx.arch_of("cuda:2")
+
+
 def test_default_and_tolerance_come_from_the_manifest():
     doc = json.loads((ROOT / "generated" / "manifest.json").read_text())
     for rec in doc["instances"]:
