@@ -136,34 +136,47 @@ __device__ void produce(const KernelArgs& a, Shared<T>& sh, int begin, int end) 
 // are zeros and write nothing.
 template <class T>
 __device__ bool load_tile(const KernelArgs& a, Shared<T>& sh, const CtaRecord& r, const records::Span& span, int tid) {
+  // Unit u = (row i, head h, block b). The next unit's global loads are issued before this one
+  // is converted, so the tile costs about one memory round trip rather than one per unit (a
+  // causal prefill CTA starts hundreds of small tiles).
+  constexpr int kUnits = T::Q_PER_BLOCK * kHeads * kRowScales;
+  struct Unit {
+    uint4 words;
+    uint32_t scales;
+    float weight;  // weight_scale * weights[row, h] at b == 0; 0 for rows past the tile
+  };
+  const auto fetch = [&](int u) {
+    Unit x{make_uint4(0, 0, 0, 0), 0, 0.f};
+    const int i = u / (kHeads * kRowScales), h = u / kRowScales % kHeads, b = u % kRowScales;
+    if (u < kUnits && i < span.rows) {
+      const int64_t head = (int64_t(r.row_id) + i) * kHeads + h;
+      x.words = *reinterpret_cast<const uint4*>(a.q + head * kRowBytes + b * (kScaleBlock / 2));
+      x.scales = *reinterpret_cast<const uint32_t*>(a.q_scale + head * kRowScales);
+      if (b == 0) x.weight = a.weight_scale * records::weight(a, head);
+    }
+    return x;
+  };
   bool fp8 = true;
-  for (int u = tid; u < T::Q_PER_BLOCK * kHeads * kRowScales; u += T::MATH_THREADS) {
+  Unit next = fetch(tid);
+#pragma unroll 1
+  for (int u = tid; u < kUnits; u += T::MATH_THREADS) {
+    const Unit x = next;
+    next = fetch(u + T::MATH_THREADS);
     const int i = u / (kHeads * kRowScales), h = u / kRowScales % kHeads, b = u % kRowScales;
     const int n = i * kHeads + h;
-    uint4 words = make_uint4(0, 0, 0, 0);
-    uint32_t scales = 0;
-    if (i < span.rows) {
-      const int64_t head = (int64_t(r.row_id) + i) * kHeads + h;
-      words = *reinterpret_cast<const uint4*>(a.q + head * kRowBytes + b * (kScaleBlock / 2));
-      scales = *reinterpret_cast<const uint32_t*>(a.q_scale + head * kRowScales);
-    }
-    const uint32_t m = convert::max_exponent(scales), e = (scales >> (8 * b)) & 0xFFu;
-    if (b == 0) {
-      sh.w[i][h] = i < span.rows ? a.weight_scale * records::weight(a, (int64_t(r.row_id) + i) * kHeads + h) *
-                                       convert::row_factor(m, 0)
-                                 : 0.f;
-    }
-    fp8 = fp8 && (convert::fp8_exact(e, m) || convert::zero_block(words));
+    const uint32_t m = convert::max_exponent(x.scales), e = (x.scales >> (8 * b)) & 0xFFu;
+    if (b == 0) sh.w[i][h] = x.weight * convert::row_factor(m, 0);
+    fp8 = fp8 && (convert::fp8_exact(e, m) || convert::zero_block(x.words));
     const uint32_t mult = convert::bf16_multiplier(e, m);
 #pragma unroll
     for (int R = 0; R < kScaleBlock / 2; ++R) {
       const int k = convert::bf16_logical_k(b, R, 0);
-      *reinterpret_cast<uint32_t*>(sh.q16 + atom::b_offset<atom::Bf16>(k, n)) = convert::bf16_pair(R, words, mult);
+      *reinterpret_cast<uint32_t*>(sh.q16 + atom::b_offset<atom::Bf16>(k, n)) = convert::bf16_pair(R, x.words, mult);
     }
     const uint2 table = convert::fp8_table(e, m);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const uint32_t w = j == 0 ? words.x : j == 1 ? words.y : j == 2 ? words.z : words.w;
+      const uint32_t w = j == 0 ? x.words.x : j == 1 ? x.words.y : j == 2 ? x.words.z : x.words.w;
       *reinterpret_cast<uint32_t*>(sh.q8 + atom::b_offset<atom::Fp8>(convert::fp8_logical_k(b, j, 0, 0), n)) =
           convert::fp8_quad<0>(w, table);
       *reinterpret_cast<uint32_t*>(sh.q8 + atom::b_offset<atom::Fp8>(convert::fp8_logical_k(b, j, 1, 0), n)) =
