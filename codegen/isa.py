@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 from mxlogits.device_flags import device_flags
 
-from .ptxas import JOBS, _demangle, instance_tus, short_name
+from .ptxas import JOBS, Unit, _demangle, instance_tus, short_name
 from .table import ISA_LIMITS
 
 CLANG = "clang++-22"  # Debian's clang-22 (.ci/run installs it); the mnemonics checked are its spelling
@@ -56,14 +56,6 @@ class Kernel:
     @property
     def clean(self) -> bool:
         return not (self.scratch or self.dynamic_stack or self.sgpr_spills or self.vgpr_spills)
-
-
-@dataclass(frozen=True)
-class Unit:
-    arch: str
-    instance: str
-    tu: Path
-    command: tuple[str, ...]
 
 
 class IsaParseError(ValueError):
