@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from .arch import arch_of
+from .layouts import arch_layout, fused_views, gather_tokens, page_rows, scatter_tokens
 from .manifest import MqaLogitsVariant, default_variant, manifest, variants
 from .mxfp4 import quantize_mxfp4
 from .op import pa_mqa_logits_mxfp4
@@ -58,19 +59,19 @@ def write_kv_in_graph(
     kv_cache: torch.Tensor,
     kv_scale: torch.Tensor,
 ) -> None:
-    """mx.write_paged_kv without its host sync and its data-dependent shapes: rows with a negative
-    slot (pad rows) are not skipped but rewrite the bytes the first live row writes, to the same
-    slot (or, when no row is live, slot 0's own bytes), so they change nothing. Slots must lie in
-    the cache (an out-of-range slot is an index error, on a GPU a device-side assert)."""
-    page = kv_cache.shape[1]
+    """mx.write_paged_kv without its host sync and its data-dependent shapes, in either layout: rows
+    with a negative slot (pad rows) are not skipped but rewrite the bytes the first live row writes,
+    to the same slot (or, when no row is live, slot 0's own bytes), so they change nothing. Slots must
+    lie in the cache (an out-of-range slot is an index error, on a GPU a device-side assert)."""
     live = slot_mapping >= 0
     first = torch.argmax(live.to(torch.int32), dim=0, keepdim=True)  # first live row, else 0
     src = torch.where(live, torch.arange(live.numel(), device=live.device), first)
     slots = slot_mapping[src].long().clamp(min=0)
     keep = ~live[first]  # [1]: no live row, so every row rewrites slot 0 as it is
-    pages, rows = slots // page, slots % page
-    kv_cache[pages, rows] = torch.where(keep, kv_cache[pages, rows], packed[src])
-    kv_scale[pages, rows] = torch.where(keep, kv_scale[pages, rows], scales[src])
+    pages, rows = page_rows(slots)
+    old_packed, old_scales = gather_tokens(pages, rows, kv_cache, kv_scale)
+    new_packed, new_scales = torch.where(keep, old_packed, packed[src]), torch.where(keep, old_scales, scales[src])
+    scatter_tokens(new_packed, new_scales, pages, rows, kv_cache, kv_scale)
 
 
 def variant_for(device: torch.device | str, rows_per_sequence: int) -> MqaLogitsVariant:
@@ -183,15 +184,12 @@ class Indexer(torch.nn.Module):
         self.register_buffer("wk", wk)
         self.register_buffer("w_weights", w_weights)
         self.register_buffer("kv_buffer", kv_buffer, persistent=False)  # the cache: state, not weights
+        arch_layout(arch_of(kv_buffer.device))  # known before any torch.compile trace of kv_views
         self.weight_scale = (self.heads * self.dim) ** -0.5
 
     def kv_views(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(kv_cache [pages, PAGE, D/2], kv_scale [pages, PAGE, D/32]): views of the fused buffer."""
-        pages, values = self.kv_buffer.shape[0], self.page * self.dim // 2
-        return (
-            self.kv_buffer[:, :values].view(pages, self.page, self.dim // 2),
-            self.kv_buffer[:, values:].view(pages, self.page, self.dim // 32),
-        )
+        """(kv_cache, kv_scale): views of the fused buffer in the layout its device's arch reads."""
+        return fused_views(self.kv_buffer, arch_layout(arch_of(self.kv_buffer.device)))
 
     def project(self, x: torch.Tensor, qr: torch.Tensor | None = None):
         """(q, q_scale, k, k_scale, weights): MXFP4 queries [T, H, D/2] and keys [T, D/2] with their

@@ -10,6 +10,8 @@ Values: the 16 bytes of block b of token o of page p are at [p, b, o, :] ([pages
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .manifest import manifest
@@ -130,16 +132,38 @@ def check_layout(name: str, tensor, kind: str, expected_layout: str | None) -> N
 
 def fused_views(buffer: torch.Tensor, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
     """uint8 [pages, PAGE·(D/2 + D/32)] fused page buffer (a page's value bytes, then its scale
-    bytes) -> (kv_cache, kv_scale) views of it in `layout`."""
-    from .paged_cache import split_fused_pages  # paged_cache imports this module
-
-    kv_cache, kv_scale = split_fused_pages(buffer)
-    if layout == NATURAL:
-        return kv_cache, kv_scale
+    bytes) -> (kv_cache, kv_scale) views of it in `layout`, whose page stride is the fused page.
+    Reads only the cached table shapes, so it traces under torch.compile once they are known."""
     if layout not in LAYOUTS:
         raise ValueError(f"mxlogits: layout: expected one of {LAYOUTS}, found {layout!r}")
+    values, scales = _shapes("kv_cache")[layout], _shapes("kv_scale")[layout]
+    value_bytes, scale_bytes = math.prod(values), math.prod(scales)
+    if buffer.dtype != torch.uint8 or buffer.dim() != 2 or buffer.shape[1] != value_bytes + scale_bytes:
+        raise ValueError(
+            f"mxlogits: buffer: expected uint8 [pages, {value_bytes + scale_bytes}], "
+            f"found {buffer.dtype} {tuple(buffer.shape)}"
+        )
     pages = buffer.shape[0]
-    return kv_cache.view(pages, *_shapes("kv_cache")[layout]), kv_scale.view(pages, *_shapes("kv_scale")[layout])
+    return buffer[:, :value_bytes].view(pages, *values), buffer[:, value_bytes:].view(pages, *scales)
+
+
+def page_rows(slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cache slots (page * PAGE + row) -> (pages, rows); traces under torch.compile."""
+    page = _shapes("kv_scale")[NATURAL][0]
+    return slots // page, slots % page
+
+
+def _token_index(pages: torch.Tensor, rows: torch.Tensor, kv_cache: torch.Tensor) -> tuple[tuple, tuple, tuple]:
+    """Advanced indices of tokens (pages[i], rows[i]) into kv_cache and kv_scale in kv_cache's layout,
+    and the shape their values take there: kv_cache[values] is [N, D/2] or [N, D/32, 16], kv_scale[scales]
+    [N, D/32], in natural element order."""
+    if layout_of(kv_cache, "kv_cache") == NATURAL:
+        return (pages, rows), (pages, rows), (-1, kv_cache.shape[-1])
+    blocks = _shapes("kv_cache")[PERMUTED][0]
+    b = torch.arange(blocks, device=pages.device)
+    # One group per page: a token's bytes are those of row `row` of _scale_positions.
+    _, _, g, m, c = (t.to(pages.device).view(-1, blocks) for t in _scale_positions(*_shapes("kv_scale")[NATURAL]))
+    return (pages[:, None], b, rows[:, None]), (pages[:, None], g[rows], m[rows], c[rows]), (-1, blocks, 16)
 
 
 def scatter_tokens(
@@ -152,13 +176,14 @@ def scatter_tokens(
 ) -> None:
     """Token i (packed [N, D/2], scales [N, D/32]) to page pages[i], row rows[i] of a paged cache
     in either layout (that of kv_cache; write_paged_kv checks both), through views."""
-    if layout_of(kv_cache, "kv_cache") == NATURAL:
-        kv_cache[pages, rows] = packed
-        kv_scale[pages, rows] = scales
-        return
-    blocks = _shapes("kv_cache")[PERMUTED][0]
-    b = torch.arange(blocks, device=pages.device)
-    kv_cache[pages[:, None], b, rows[:, None]] = packed.reshape(-1, blocks, 16)
-    # One group per page: a token's bytes are those of row `row` of _scale_positions.
-    _, _, g, m, c = (t.to(pages.device).view(-1, blocks) for t in _scale_positions(*_shapes("kv_scale")[NATURAL]))
-    kv_scale[pages[:, None], g[rows], m[rows], c[rows]] = scales
+    values, scale_bytes, shape = _token_index(pages, rows, kv_cache)
+    kv_cache[values] = packed.reshape(shape)
+    kv_scale[scale_bytes] = scales
+
+
+def gather_tokens(
+    pages: torch.Tensor, rows: torch.Tensor, kv_cache: torch.Tensor, kv_scale: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """scatter_tokens' inverse: (packed [N, D/2], scales [N, D/32]) of tokens (pages[i], rows[i])."""
+    values, scale_bytes, _ = _token_index(pages, rows, kv_cache)
+    return kv_cache[values].reshape(pages.shape[0], -1), kv_scale[scale_bytes]

@@ -6,24 +6,14 @@ from __future__ import annotations
 
 import torch
 
-from .layouts import layout_of, scatter_tokens
+from .layouts import NATURAL, fused_views, layout_of, page_rows, scatter_tokens
 from .manifest import manifest
 
 
 def split_fused_pages(buffer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """uint8 [pages, PAGE * (D/2 + D/32)] -> (kv_cache [pages, PAGE, D/2], kv_scale [pages, PAGE, D/32]),
     both views of `buffer` whose page stride is the fused page."""
-    m = manifest()
-    value_bytes, scale_bytes = m.page_size * m.head_dim // 2, m.page_size * m.head_dim // 32
-    if buffer.dtype != torch.uint8 or buffer.dim() != 2 or buffer.shape[1] != value_bytes + scale_bytes:
-        raise ValueError(
-            f"mxlogits: buffer: expected uint8 [pages, {value_bytes + scale_bytes}], "
-            f"found {buffer.dtype} {tuple(buffer.shape)}"
-        )
-    pages = buffer.shape[0]
-    kv_cache = buffer[:, :value_bytes].view(pages, m.page_size, m.head_dim // 2)
-    kv_scale = buffer[:, value_bytes:].view(pages, m.page_size, m.head_dim // 32)
-    return kv_cache, kv_scale
+    return fused_views(buffer, NATURAL)
 
 
 def fused_kv_cache(
@@ -71,7 +61,7 @@ def write_paged_kv(
         raise ValueError(
             f"mxlogits: slot_mapping: expected slots < {capacity} (pages x PAGE), found {int(slots.max())}"
         )
-    pages, rows = slots // m.page_size, slots % m.page_size
+    pages, rows = page_rows(slots)
     scatter_tokens(packed[live], scales[live], pages, rows, kv_cache, kv_scale)
 
 

@@ -142,19 +142,20 @@ def test_hadamard_is_the_normalized_sylvester_matrix():
         ix.hadamard_transform(torch.zeros(96))
 
 
+@pytest.mark.parametrize("layout", ["natural", "mfma_permuted"])
 @pytest.mark.parametrize(
     "slots", [[5, -1, 130, -1, 64], [-1, -1, 7, 3], [-1, -1, -1]], ids=["mixed", "pads_first", "all_pads"]
 )
-def test_in_graph_cache_write_is_write_paged_kv(arch, slots):
-    """Pad slots change nothing, wherever they are, also when no row is live."""
+def test_in_graph_cache_write_is_write_paged_kv(arch, slots, layout):
+    """Pad slots change nothing, wherever they are, also when no row is live; in either layout."""
     device = device_of(arch)
     g = torch.Generator().manual_seed(len(slots))
     buffer = torch.randint(0, 256, (4, 64 * 68), dtype=torch.uint8, generator=g).to(device)
     packed, scales = mx.quantize_mxfp4(torch.randn(len(slots), 128, generator=g).to(device))
     slot_mapping = torch.tensor(slots, device=device)
     ours, ref = buffer.clone(), buffer.clone()
-    ix.write_kv_in_graph(packed, scales, slot_mapping, *mx.split_fused_pages(ours))
-    mx.write_paged_kv(packed, scales, slot_mapping, *mx.split_fused_pages(ref))
+    ix.write_kv_in_graph(packed, scales, slot_mapping, *mx.fused_views(ours, layout))
+    mx.write_paged_kv(packed, scales, slot_mapping, *mx.fused_views(ref, layout))
     assert torch.equal(ours, ref)
 
 
