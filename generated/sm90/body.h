@@ -176,7 +176,7 @@ __device__ bool load_tile(const KernelArgs& a, Shared<T>& sh, const CtaRecord& r
     const uint2 table = convert::fp8_table(e, m);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const uint32_t w = j == 0 ? x.words.x : j == 1 ? x.words.y : j == 2 ? x.words.z : x.words.w;
+      const uint32_t w = convert::word(x.words, j);
       *reinterpret_cast<uint32_t*>(sh.q8 + atom::b_offset<atom::Fp8>(convert::fp8_logical_k(b, j, 0, 0), n)) =
           convert::fp8_quad<0>(w, table);
       *reinterpret_cast<uint32_t*>(sh.q8 + atom::b_offset<atom::Fp8>(convert::fp8_logical_k(b, j, 1, 0), n)) =
@@ -249,10 +249,10 @@ struct Operands<atom::Fp8> {
   // A registers of k-step S: word S of the block, low and high nibble quads, both tokens.
   template <int S>
   __device__ void fragment(uint32_t (&f)[4], const Page& p) const {
-    f[0] = convert::fp8_quad<0>(convert::word<S>(p.v0), t0);
-    f[1] = convert::fp8_quad<0>(convert::word<S>(p.v1), t1);
-    f[2] = convert::fp8_quad<1>(convert::word<S>(p.v0), t0);
-    f[3] = convert::fp8_quad<1>(convert::word<S>(p.v1), t1);
+    f[0] = convert::fp8_quad<0>(convert::word(p.v0, S), t0);
+    f[1] = convert::fp8_quad<0>(convert::word(p.v1, S), t1);
+    f[2] = convert::fp8_quad<1>(convert::word(p.v0, S), t0);
+    f[3] = convert::fp8_quad<1>(convert::word(p.v1, S), t1);
   }
 };
 template <>

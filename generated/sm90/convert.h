@@ -47,11 +47,8 @@ __device__ inline bool zero_block(const uint4& w) { return ((w.x | w.y | w.z | w
 // Whether the fp8 path holds a block of exponent e in a row of largest exponent m exactly.
 __device__ inline bool fp8_exact(uint32_t e, uint32_t m) { return int(m) - int(e) <= kFp8Spread; }
 
-// Word j of a block.
-template <int J>
-__device__ inline uint32_t word(const uint4& w) {
-  return J == 0 ? w.x : J == 1 ? w.y : J == 2 ? w.z : w.w;
-}
+// Word j of a block (j a constant once unrolled).
+__device__ inline uint32_t word(const uint4& w, int j) { return j == 0 ? w.x : j == 1 ? w.y : j == 2 ? w.z : w.w; }
 
 // ---- Fp8 --------------------------------------------------------------------------------------
 
@@ -103,7 +100,7 @@ __device__ inline uint32_t bf16_multiplier(uint32_t e, uint32_t m) {
 // Register R (a constant once unrolled) of a block: nibbles R % 4 (low half) and R % 4 + 4 (high half) of word R / 4,
 // each placed as bf16 (sign to bit 15, exponent and mantissa bits to 8..6), times `multiplier`.
 __device__ inline uint32_t bf16_pair(int R, const uint4& words, uint32_t multiplier) {
-  const uint32_t w = R / 4 == 0 ? words.x : R / 4 == 1 ? words.y : R / 4 == 2 ? words.z : words.w;
+  const uint32_t w = word(words, R / 4);
   const int n = 4 * (R % 4);  // the nibble's bit offset in its half
   const uint32_t magnitude = (n <= 6 ? w << (6 - n) : w >> (n - 6)) & 0x01C001C0u;
   const uint32_t sign = (w << (12 - n)) & 0x80008000u;
