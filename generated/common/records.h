@@ -33,23 +33,31 @@ MXL_HD inline Span span_of(const KernelArgs& a, const CtaRecord& r) {
   return Span{lo, hi, int(rows)};
 }
 
-// Row `row`'s own window within the span, [from, to) with to >= from (empty when it reads nothing).
+// A row's own window within the span, [from, to) with to >= from (empty when it reads nothing),
+// from its local_starts / local_ends entries (start 0 when there are no local_starts).
 struct Window {
   int64_t from, to;
 };
-MXL_HD inline Window window_of(const KernelArgs& a, const Span& s, int64_t row) {
-  const int64_t from = greater(a.local_starts ? int64_t(a.local_starts[row]) : int64_t(0), s.lo);
-  const int64_t to = lesser(a.local_ends[row], s.hi);
+MXL_HD inline Window window_from(const Span& s, int64_t start, int64_t end) {
+  const int64_t from = greater(start, s.lo);
+  const int64_t to = lesser(end, s.hi);
   return Window{from, to < from ? from : to};
 }
+MXL_HD inline Window window_of(const KernelArgs& a, const Span& s, int64_t row) {
+  return window_from(s, a.local_starts ? int64_t(a.local_starts[row]) : int64_t(0), a.local_ends[row]);
+}
 
-// weights[i] as fp32 (bf16 weights widen exactly).
-MXL_HD inline float weight(const KernelArgs& a, int64_t i) {
-  if (!a.weights_bf16) return static_cast<const float*>(a.weights)[i];
+// weights[i] as fp32, the dtype known at compile time (bf16 widens exactly), or read from the args.
+template <bool kBf16>
+MXL_HD inline float weight_as(const KernelArgs& a, int64_t i) {
+  if (!kBf16) return static_cast<const float*>(a.weights)[i];
   const uint32_t bits = uint32_t(static_cast<const uint16_t*>(a.weights)[i]) << 16;
   float f;
   memcpy(&f, &bits, sizeof f);
   return f;
+}
+MXL_HD inline float weight(const KernelArgs& a, int64_t i) {
+  return a.weights_bf16 ? weight_as<true>(a, i) : weight_as<false>(a, i);
 }
 
 }  // namespace mxlogits::records

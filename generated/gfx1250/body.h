@@ -40,9 +40,10 @@ struct Query {
   float w[T::M_TILES][16];
 };
 
+template <bool kBf16>
 __device__ inline void load_weights(const KernelArgs& a, int64_t heads, int lane, float (&w)[16]) {
 #pragma unroll
-  for (int i = 0; i < 16; ++i) w[i] = a.weight_scale * records::weight(a, heads + atom::acc_row(lane, i));
+  for (int i = 0; i < 16; ++i) w[i] = a.weight_scale * records::weight_as<kBf16>(a, heads + atom::acc_row(lane, i));
 }
 
 template <class T>
@@ -58,11 +59,11 @@ __device__ inline void load_query(const KernelArgs& a, int64_t row, int lane, Qu
       for (int i = 0; i < 4; ++i) q.a[mt].v[v + i] = b.v[i];
     }
     q.scales[mt] = *reinterpret_cast<const uint32_t*>(a.q_scale + (heads + atom::a_scale_row(lane)) * kRowScales);
-    // The same call twice: in each branch the dtype is known, so it is tested once, not per head.
+    // The dtype tested once per tile, not per head.
     if (a.weights_bf16) {
-      load_weights(a, heads, lane, q.w[mt]);
+      load_weights<true>(a, heads, lane, q.w[mt]);
     } else {
-      load_weights(a, heads, lane, q.w[mt]);
+      load_weights<false>(a, heads, lane, q.w[mt]);
     }
   }
 }

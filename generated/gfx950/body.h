@@ -77,8 +77,8 @@ struct Query {
   float w[kMTiles][atom::kAccRegs];  // the weight of head acc_head(mi, lane, i); times weight_scale once folded
 };
 
-// The loads of a query row. The weights' dtype is a constant here (records::weight reads a copy
-// where it is one), so the record loop carries no branch around loads.
+// The loads of a query row. The weights' dtype is a constant here (records::weight_as), so the
+// record loop carries no branch around loads.
 template <bool kBf16>
 __device__ inline Query load_query(const KernelArgs& a, int64_t row, int lane) {
   Query q;
@@ -87,12 +87,10 @@ __device__ inline Query load_query(const KernelArgs& a, int64_t row, int lane) {
     for_each_index<kKTiles>([&](auto kt) { q.a[mi][kt] = memory::load_frag(values + q_offset(mi, kt, lane)); });
   });
   q.scales = memory::load_word<kQScaleBytes>(a.q_scale + row * (kHeads * kRowScales) + q_scale_offset(lane));
-  KernelArgs known = a;
-  known.weights_bf16 = kBf16;
 #pragma unroll
   for (int mi = 0; mi < kMTiles; ++mi) {
 #pragma unroll
-    for (int i = 0; i < atom::kAccRegs; ++i) q.w[mi][i] = records::weight(known, row * kHeads + acc_head(mi, lane, i));
+    for (int i = 0; i < atom::kAccRegs; ++i) q.w[mi][i] = records::weight_as<kBf16>(a, row * kHeads + acc_head(mi, lane, i));
   }
   return q;
 }
@@ -167,15 +165,11 @@ struct PageIds {
   }
 };
 
-// records::window_of, the row's two bounds read through the scalar cache first (plain loads
-// would be vector loads, and their wait would hold up the record's first page loads).
+// records::window_of with the row's two bounds read through the scalar cache (plain loads would be
+// vector loads, and their wait would hold up the record's first page loads).
 __device__ inline records::Window row_window(const KernelArgs& a, const records::Span& span, int64_t row) {
-  const int32_t start[1] = {a.local_starts ? memory::uniform_load(a.local_starts + row) : 0};
-  const int32_t end[1] = {memory::uniform_load(a.local_ends + row)};
-  KernelArgs read = a;
-  read.local_starts = a.local_starts ? start : nullptr;
-  read.local_ends = end;
-  return records::window_of(read, span, 0);
+  const int32_t start = a.local_starts ? memory::uniform_load(a.local_starts + row) : 0;
+  return records::window_from(span, start, memory::uniform_load(a.local_ends + row));
 }
 
 // Logit `lane` of the page of tokens [t0, t0 + PAGE) into the cells of the row's window.
