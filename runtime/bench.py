@@ -22,7 +22,7 @@ import torch
 from .arch import arch_of, normalize_device
 from .bench_inputs import Problem, make_problem, set_bytes
 from .bench_shapes import QUICK_SCALE, TABLES, Shape, Work, count_work
-from .bench_timing import Limits, call_seconds, measure_limits
+from .bench_timing import Limits, call_seconds, host_seconds, measure_limits
 from .manifest import MqaLogitsVariant, default_variant, manifest, resolve_variant, tolerance, variants
 from .op import pa_mqa_logits_mxfp4
 from .plan import block_table_width, plan, plan_buffers
@@ -165,6 +165,7 @@ def bench_row(
         calls[0]()
         _check(problem, variant)
     seconds = statistics.median(call_seconds(calls, device, repeats))
+    host = host_seconds(calls, device, repeats)
     roof = roofline_seconds(work, limits)
     return {
         "table": shape.table,
@@ -179,6 +180,7 @@ def bench_row(
         "input_sets": len(problem.sets),
         "plan_us": plan_seconds * 1e6,
         "op_us": seconds * 1e6,
+        "host_us": host * 1e6,
         "tflops": work.flops / seconds / 1e12,
         "tbps": work.bytes / seconds / 1e12,
         "roofline_us": roof * 1e6,
@@ -188,15 +190,16 @@ def bench_row(
 
 
 HEADER = (
-    f"{'table':16} {'shape':30} {'variant':14} {'ctas':>5} {'plan µs':>9} {'op µs':>10} {'TFLOP/s':>8} {'TB/s':>6} "
-    f"{'% roof':>7}"
+    f"{'table':16} {'shape':30} {'variant':14} {'ctas':>5} {'plan µs':>9} {'op µs':>10} {'host µs':>8} {'TFLOP/s':>8} "
+    f"{'TB/s':>6} {'% roof':>7}"
 )
 
 
 def _line(r: dict) -> str:
     return (
         f"{r['table']:16} {r['shape']:30} {r['variant']:14} {r['num_ctas']:5} {r['plan_us']:9.1f} {r['op_us']:10.1f} "
-        f"{r['tflops']:8.2f} {r['tbps']:6.3f} {r['roofline_pct']:7.2f}" + ("  (checked)" if r["checked"] else "")
+        f"{r['host_us']:8.1f} {r['tflops']:8.2f} {r['tbps']:6.3f} {r['roofline_pct']:7.2f}"
+        + ("  (checked)" if r["checked"] else "")
     )
 
 

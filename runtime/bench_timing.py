@@ -13,11 +13,25 @@ import torch
 PERF_BW, PERF_PEAK = 4.17e12, 1324e12  # PERF.md's H200 measurements: copy bytes/s, fp8 matmul flop/s
 
 
+_FLUSH_BYTES = 256 << 20  # over four times an H200's 60 MB L2
+_flush_buffers: dict[torch.device, torch.Tensor] = {}
+
+
+def _flush(device: torch.device) -> None:
+    """Writes more than the L2 holds: evicts the next call's inputs, and keeps the GPU busy for
+    longer than the host needs to enqueue that call."""
+    if device not in _flush_buffers:
+        _flush_buffers[device] = torch.empty(_FLUSH_BYTES, dtype=torch.uint8, device=device)
+    _flush_buffers[device].zero_()
+
+
 def call_seconds(calls: Sequence[Callable[[], object]], device: torch.device, repeats: int) -> list[float]:
-    """Seconds of each of `repeats` timed calls that rotate through `calls` (each with its own
-    working set, so a call does not find the previous one's data in cache). Every call runs once
-    untimed first: the first call of an op builds and loads its module. On a GPU, CUDA events on
-    the current stream bracket the call alone."""
+    """Device seconds of each of `repeats` timed calls that rotate through `calls` (each with its
+    own working set). Every call runs once untimed first: the first call of an op builds and loads
+    its module. On a GPU, CUDA events on the current stream bracket the call alone, after an L2
+    flush (as triton's do_bench): the call finds a cold cache and is already enqueued when the GPU
+    reaches it, so the time is the device's, the host's launch overhead excluded (host_seconds
+    measures that). On the host the call's wall time."""
     for call in calls:
         call()
     if device.type != "cuda":
@@ -30,11 +44,28 @@ def call_seconds(calls: Sequence[Callable[[], object]], device: torch.device, re
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
     torch.cuda.synchronize(device)
     for i, (start, stop) in enumerate(events):
+        _flush(device)
         start.record()
         calls[i % len(calls)]()
         stop.record()
     torch.cuda.synchronize(device)
     return [start.elapsed_time(stop) / 1e3 for start, stop in events]
+
+
+def host_seconds(calls: Sequence[Callable[[], object]], device: torch.device, repeats: int) -> float:
+    """Host seconds one eager call takes (checks, dispatch, launch), from `repeats` calls issued back
+    to back without waiting for the device; on the host, where a call is synchronous, its wall time."""
+    for call in calls:
+        call()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    for i in range(repeats):
+        calls[i % len(calls)]()
+    seconds = (time.perf_counter() - start) / repeats
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return seconds
 
 
 @dataclass(frozen=True)
