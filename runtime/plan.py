@@ -38,7 +38,7 @@ class MqaLogitsBuffers:
     num_ctas: int  # grid of the logits launch
     cta_info: torch.Tensor  # int32 [max_tiles + num_ctas, 7]: schedule records
     cta_ranges: torch.Tensor  # int32 [num_ctas, 2]: records of each CTA
-    scratch: torch.Tensor  # int64: the builder's tile cut and chunk prefix
+    scratch: torch.Tensor  # int64: the builder's tile cut and weight prefix
     plans: PlanCount = field(default_factory=PlanCount, repr=False)  # shared by copies: same storage
 
 

@@ -74,13 +74,25 @@ def build_plan(variant, device, num_rows, batch, cu, starts, ends, rtb, num_ctas
     )
 
 
+SETUP_TOKENS = 512  # README "Schedule": a tile's setup weighs as much as 512 tokens of its window
+
+
+def setup_chunks(block_k: int) -> int:
+    return -(-SETUP_TOKENS // block_k)
+
+
+def total_weight(variant, tiles) -> int:
+    """Units the split divides: every non-empty tile's chunks plus its setup."""
+    return sum(t[6] + setup_chunks(variant.block_k) for t in tiles)
+
+
 def check_records(variant, num_ctas, records, ranges, num_rows, batch, cu, starts, ends, rtb) -> None:
     """Assert that the schedule (records, ranges: lists of int rows) is one SPEC §4 allows for the
     spec: every in-window chunk of every tile covered exactly once by records naming the tile,
-    a fair share per CTA, empty slots empty."""
+    a fair share of the weight per CTA, empty slots empty."""
     seq_batch = len(cu) - 1 if cu is not None else batch
     tiles = model_tiles(num_rows, seq_batch, variant.q_per_block, variant.block_k, cu, starts, ends, rtb)
-    total = sum(t[6] for t in tiles)
+    total = total_weight(variant, tiles)
 
     by_row = {t[0]: t for t in tiles}
     covered = Counter()
@@ -99,9 +111,11 @@ def check_records(variant, num_ctas, records, ranges, num_rows, batch, cu, start
             assert tile[5] <= chunk0 and chunk0 + count <= tile[5] + tile[6]
             assert row0 + rows <= num_rows  # the row guard never has to fire on a real plan
             covered.update((row0, k) for k in range(chunk0, chunk0 + count))
-            load += count
-        # A fair share for every CTA, however long one window is.
-        assert load <= -(-total // num_ctas) + 1
+            # A record starting at its tile's first chunk carries the tile's setup units too.
+            load += count + (setup_chunks(variant.block_k) if chunk0 == tile[5] else 0)
+        # A fair share for every CTA, however long one window is (a setup may sit in the share
+        # of the CTA before the one taking the tile's first chunk).
+        assert load <= -(-total // num_ctas) + setup_chunks(variant.block_k) + 1
     want = Counter((t[0], k) for t in tiles for k in range(t[5], t[5] + t[6]))
     assert covered == want
     # Slots with nothing to do are empty.

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -176,18 +177,18 @@ def test_scratch_fails_and_is_named(tmp_path, capsys):
 @pytest.mark.parametrize(
     "limit, message",
     [
-        ("max_vgprs: 64", "VGPRs 32 over max_vgprs 16"),  # the schedule kernel's 32
-        ("max_sgprs: 96", "SGPRs 72 over max_sgprs 16"),
+        ("max_vgprs: 64", r"VGPRs \d+ over max_vgprs 16"),  # the counts are the compiler's
+        ("max_sgprs: 96", r"SGPRs \d+ over max_sgprs 16"),
         ("max_lds_bytes: 8192", "LDS bytes 4096 over max_lds_bytes 16"),
-        ("min_occupancy: 8", "waves/SIMD 8 below min_occupancy 16"),
+        ("min_occupancy: 8", r"waves/SIMD \d+ below min_occupancy 16"),
     ],
 )
 def test_a_kernel_over_its_arch_limit_fails(tmp_path, capsys, limit, message):
     key = limit.split(":")[0]
     rc, _, err = run_isa(render_stub(tmp_path, STUB.replace(limit, f"{key}: 16")), capsys)
     assert rc == 1
-    assert f"stubisa clean: void mxlogits::stubisa::schedule_kernel<1, 64>(mxlogits::SchedArgs): {message}" in err
-    assert f"{message} (instances.yaml: isa)" in err
+    assert re.search(rf"stubisa clean: void mxlogits::stubisa::schedule_kernel<1, 64>\(mxlogits::SchedArgs\): {message}", err)
+    assert re.search(rf"{message} \(instances.yaml: isa\)", err)
 
 
 @needs_clang

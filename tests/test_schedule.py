@@ -9,7 +9,7 @@ import random
 import mxlogits as mx
 import torch
 from conftest import device_of, variant_with
-from schedule_model import build_plan, check_records, random_plan
+from schedule_model import build_plan, check_records, random_plan, setup_chunks
 
 
 def check_plan(variant, num_rows, batch, cu, starts, ends, rtb, num_ctas):
@@ -37,7 +37,7 @@ def test_grid_never_runs_out_of_room_to_split(variant):
         cu = list(range(0, rows + 1, 1)) if variant.q_per_block > 1 else None
         p = check_plan(variant, rows, rows, cu, [0] * rows, ends, list(range(rows)), None)
         counts = p.buffers.cta_info[:, 4]
-        total = int(counts.sum())
+        total = int(counts.sum()) + rows * setup_chunks(variant.block_k)
         per_cta = [int(counts[b:e].sum()) for b, e in p.buffers.cta_ranges.tolist()]
         assert max(per_cta) <= -(-total // p.buffers.num_ctas)
 
@@ -47,7 +47,7 @@ def test_identity_cut_reads_no_cu_seq_q_and_schedules_every_row(arch):
     buffer exists; rows past cu_seq_q's total are still scheduled."""
     v = variant_with(arch, lambda v: v.q_per_block == 1, "q_per_block 1")
     buffers = mx.plan_buffers(device_of(arch), 5, 5, v)
-    assert buffers.scratch.numel() == 5 + 1  # the chunk prefix only
+    assert buffers.scratch.numel() == 5 + 1  # the weight prefix only
     ends = torch.tensor([64, 0, 1, 200, 70], dtype=torch.int32, device=device_of(arch))
     p = mx.plan(None, ends, buffers=buffers)
     rows = {rec[0] for rec in p.buffers.cta_info.tolist() if rec[4] > 0}

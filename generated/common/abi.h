@@ -121,7 +121,7 @@ static_assert(sizeof(KernelArgs) == 152, "KernelArgs ABI");
 
 // Arguments of the schedule build (SPEC §4). `scratch` holds, in order: at q_per_block > 1
 // the per-sequence tile offsets [batch + 1] and the tile cut cu_tiles [max_tiles + 1];
-// always the per-tile chunk prefix [max_tiles + 1].
+// always the per-tile weight prefix [max_tiles + 1] (sched.h: chunks plus setup).
 struct SchedArgs {
   const int32_t* cu_seq_q;  // [batch + 1]; read at q_per_block > 1 only
   const int32_t* local_starts;  // [>=num_rows], or null

@@ -2,13 +2,16 @@
 // The schedule builder of SPEC §4, shared by every arch.
 //
 // A tile is up to q_per_block consecutive rows of one sequence (q_per_block 1: tile t is
-// row t, no cut). Its union window is cut into chunks of block_k tokens. The chunks of all
-// tiles, laid end to end, are split evenly over the grid: CTA c takes global chunks
-// [first(c), first(c + 1)) with first(c) = floor(c * total / num_ctas), so no CTA holds more
-// than ceil(total / num_ctas) chunks however long one window is, and the grid never depends
-// on the data (no host sync). The piece of tile t that CTA c takes is record t + c: that
-// index is unique because both t and c only grow along the chunk sequence, so the record
-// table needs max_tiles + num_ctas rows and every CTA's records are contiguous.
+// row t, no cut). Its union window is cut into chunks of block_k tokens. The split balances
+// work, not chunks: a non-empty tile weighs its chunks plus kSetupChunks for its setup (its
+// queries loaded and converted, the CTA's warps meeting at its start), laid end to end in tile
+// order, and CTA c takes units [first(c), first(c + 1)) with first(c) = floor(c * total / num_ctas)
+// of the total weight: no CTA holds more than ceil(total / num_ctas) units however long one
+// window is, a CTA of many short tiles gets fewer of them, and the grid never depends on the
+// data (no host sync). A tile's setup units come before its chunks; a CTA whose units hold none
+// of a tile's chunks gets an empty record for it. The piece of tile t that CTA c takes is
+// record t + c: that index is unique because both t and c only grow along the unit sequence, so
+// the record table needs max_tiles + num_ctas rows and every CTA's records are contiguous.
 //
 // Each step below is a function of one index (a tile, a record, a CTA) plus a prefix scan,
 // so a device driver runs these same functions over threads; build_schedule_host runs them
@@ -123,29 +126,42 @@ MXL_HD inline Tile tile_at(const SchedArgs& a, int64_t t) {
 
 // ---- split over the grid --------------------------------------------------------------------
 
+// A tile's setup weighs as much as kSetupTokens tokens of its window: on the H200 a tile start
+// cost about 9 chunks of 64 tokens (prefill at q_per_block 4: 5.1 µs against 0.57 µs per chunk;
+// decode at 1: about 2.5 against 0.28), and unweighted, the first CTAs of a causal prefill took
+// hundreds of short tiles each.
+inline constexpr int64_t kSetupTokens = 512;
+template <int BK>
+inline constexpr int64_t kSetupChunks = (kSetupTokens + BK - 1) / BK;
+
+template <int BK>
+MXL_HD inline int64_t tile_weight(const Tile& tile) {
+  return tile.chunks > 0 ? tile.chunks + kSetupChunks<BK> : 0;
+}
+
 // floor(c * total / n) without forming c * total.
-MXL_HD inline int64_t cta_first_chunk(int64_t c, int64_t total, int64_t n) {
+MXL_HD inline int64_t cta_first_unit(int64_t c, int64_t total, int64_t n) {
   return c * (total / n) + c * (total % n) / n;
 }
 
 template <int QPB>
-MXL_HD inline int64_t tile_of_chunk(const SchedArgs& a, int64_t g) {
+MXL_HD inline int64_t tile_of_unit(const SchedArgs& a, int64_t g) {
   return last_at_most(tile_prefix<QPB>(a), a.max_tiles, g);
 }
 
 // Record index of CTA c's first piece; strictly increasing in c.
 template <int QPB>
 MXL_HD inline int64_t record_base(const SchedArgs& a, int64_t c, int64_t total) {
-  return tile_of_chunk<QPB>(a, cta_first_chunk(c, total, a.num_ctas)) + c;
+  return tile_of_unit<QPB>(a, cta_first_unit(c, total, a.num_ctas)) + c;
 }
 
 template <int QPB>
 MXL_HD inline CtaRange cta_range(const SchedArgs& a, int64_t c) {
   const int64_t total = tile_prefix<QPB>(a)[a.max_tiles];
-  const int64_t g0 = cta_first_chunk(c, total, a.num_ctas);
-  const int64_t g1 = cta_first_chunk(c + 1, total, a.num_ctas);
+  const int64_t g0 = cta_first_unit(c, total, a.num_ctas);
+  const int64_t g1 = cta_first_unit(c + 1, total, a.num_ctas);
   if (g0 >= g1) return CtaRange{0, 0};
-  return CtaRange{int32_t(tile_of_chunk<QPB>(a, g0) + c), int32_t(tile_of_chunk<QPB>(a, g1 - 1) + c + 1)};
+  return CtaRange{int32_t(tile_of_unit<QPB>(a, g0) + c), int32_t(tile_of_unit<QPB>(a, g1 - 1) + c + 1)};
 }
 
 template <int QPB, int BK>
@@ -160,15 +176,16 @@ MXL_HD inline CtaRecord record_at(const SchedArgs& a, int64_t j) {
     if (record_base<QPB>(a, mid, total) <= j) lo = mid; else hi = mid;
   }
   const int64_t c = lo, t = j - c;
-  if (t >= a.max_tiles) return none;
-  const int64_t g0 = cta_first_chunk(c, total, a.num_ctas);
-  const int64_t g1 = cta_first_chunk(c + 1, total, a.num_ctas);
-  const int64_t from = prefix[t] > g0 ? prefix[t] : g0;
+  if (t >= a.max_tiles || prefix[t + 1] == prefix[t]) return none;
+  const int64_t g0 = cta_first_unit(c, total, a.num_ctas);
+  const int64_t g1 = cta_first_unit(c + 1, total, a.num_ctas);
+  const int64_t chunk0 = prefix[t] + kSetupChunks<BK>;  // the tile's chunks follow its setup units
+  const int64_t from = chunk0 > g0 ? chunk0 : g0;
   const int64_t to = prefix[t + 1] < g1 ? prefix[t + 1] : g1;
   if (to <= from) return none;
   const Tile tile = tile_at<QPB, BK>(a, t);
   return CtaRecord{int32_t(tile.row0), int32_t(tile.rows), int32_t(tile.batch),
-                   int32_t(tile.first_chunk + (from - prefix[t])), int32_t(to - from),
+                   int32_t(tile.first_chunk + (from - chunk0)), int32_t(to - from),
                    int32_t(tile.start), int32_t(tile.end)};
 }
 
@@ -184,7 +201,7 @@ inline void build_schedule_host(const SchedArgs& a) {
   }
   int64_t* prefix = tile_prefix<QPB>(a);
   prefix[0] = 0;
-  for (int64_t t = 0; t < a.max_tiles; ++t) prefix[t + 1] = prefix[t] + tile_at<QPB, BK>(a, t).chunks;
+  for (int64_t t = 0; t < a.max_tiles; ++t) prefix[t + 1] = prefix[t] + tile_weight<BK>(tile_at<QPB, BK>(a, t));
   CtaRecord* records = reinterpret_cast<CtaRecord*>(a.cta_info);
   for (int64_t j = 0; j < a.num_records; ++j) records[j] = record_at<QPB, BK>(a, j);
   CtaRange* ranges = reinterpret_cast<CtaRange*>(a.cta_ranges);

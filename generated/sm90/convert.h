@@ -26,12 +26,20 @@ namespace mxlogits::sm90::convert {
 inline constexpr int kFp8Spread = 11;  // largest m - e_b of a nonzero block the fp8 path takes
 inline constexpr int kFp8Shift = 6;    // fp8 codes are E2M1 * 2^(e_b - m + kFp8Shift)
 
-// Largest of the four E8M0 bytes of a D row.
+// Largest and smallest of the four E8M0 bytes of a D row.
 __device__ inline uint32_t max_exponent(uint32_t scales) {
   const uint32_t lo = max(scales & 0xFFu, (scales >> 8) & 0xFFu);
   const uint32_t hi = max((scales >> 16) & 0xFFu, scales >> 24);
   return max(lo, hi);
 }
+__device__ inline uint32_t min_exponent(uint32_t scales) {
+  const uint32_t lo = min(scales & 0xFFu, (scales >> 8) & 0xFFu);
+  const uint32_t hi = min((scales >> 16) & 0xFFu, scales >> 24);
+  return min(lo, hi);
+}
+
+// The spreads m - e_b of a row's four blocks, one byte each (no borrows: m >= every e_b).
+__device__ inline uint32_t spreads(uint32_t scales, uint32_t m) { return m * 0x01010101u - scales; }
 
 // 2^(m - 127 - shift) in fp32 (subnormal when small), NaN for m = 255; shift <= 22. E8M0's own
 // encoding as fp32 bits (2^-127 for m = 0, a quiet NaN for 255) times 2^-shift: exact, the
@@ -44,11 +52,20 @@ __device__ inline float row_factor(uint32_t m, int shift) {
 // Whether a block's 32 elements are all (signed) zeros: its scale then does not matter.
 __device__ inline bool zero_block(const uint4& w) { return ((w.x | w.y | w.z | w.w) & 0x77777777u) == 0u; }
 
-// Whether the fp8 path holds a block of exponent e in a row of largest exponent m exactly.
-__device__ inline bool fp8_exact(uint32_t e, uint32_t m) { return int(m) - int(e) <= kFp8Spread; }
+// Whether the fp8 path holds a block of spread d (m - e_b) exactly.
+__device__ inline bool fp8_exact(uint32_t d) { return d <= uint32_t(kFp8Spread); }
 
 // Word j of a block (j a constant once unrolled).
 __device__ inline uint32_t word(const uint4& w, int j) { return j == 0 ? w.x : j == 1 ? w.y : j == 2 ? w.z : w.w; }
+
+__device__ inline uint32_t prmt(uint32_t a, uint32_t b, uint32_t selector) {
+  uint32_t out;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(out) : "r"(a), "r"(b), "r"(selector));
+  return out;
+}
+
+// Byte q of a word, zero-extended.
+__device__ inline uint32_t byte_of(uint32_t w, int q) { return prmt(w, 0u, 0x4440u + uint32_t(q)); }
 
 // ---- Fp8 --------------------------------------------------------------------------------------
 
@@ -56,18 +73,13 @@ __device__ inline uint32_t word(const uint4& w, int j) { return j == 0 ? w.x : j
 MXL_HD constexpr int fp8_element_of(int q, int j, int h, int i) { return 32 * q + 8 * j + 4 * h + i; }
 MXL_HD constexpr int fp8_logical_k(int q, int j, int h, int i) { return 32 * j + 16 * h + 4 * q + i; }
 
-// The e4m3 codes of the 8 magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6} * 2^(e - m + 6), as PRMT's two
-// source words: normal codes are (nibble << 2) + K, and 0.5 is K (exponent only).
-__device__ inline uint2 fp8_table(uint32_t e, uint32_t m) {
-  const int d = int(e) - int(m);
-  const uint32_t k = uint32_t((d < -kFp8Spread ? 0 : d) + 12) << 3;
-  return make_uint2(0x0C080000u + k * 0x01010100u, 0x1C181410u + k * 0x01010101u);
-}
-
-__device__ inline uint32_t prmt(uint32_t a, uint32_t b, uint32_t selector) {
-  uint32_t out;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(out) : "r"(a), "r"(b), "r"(selector));
-  return out;
+// The e4m3 codes of the 8 magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6} * 2^(6 - d) for a block of spread
+// d, as PRMT's two source words: normal codes are (nibble << 2) + k and 0.5 is k (exponent only),
+// k = (12 - d) << 3. One multiply-add per word: no byte carries into the next for d <= 12, and
+// byte 0 of x (the code of zero, the only one an all-zero block selects) is 0 for every d.
+__device__ inline uint2 fp8_table(uint32_t d) {
+  constexpr uint32_t kx = 0x0C080000u + 96u * 0x01010100u, ky = 0x1C181410u + 96u * 0x01010101u;
+  return make_uint2(kx - d * (8u * 0x01010100u), ky - d * (8u * 0x01010101u));
 }
 
 // Nibbles 4h .. 4h + 3 of `word` as four e4m3 codes of the NEGATED elements (Q and K both, so
@@ -89,10 +101,10 @@ __device__ inline uint32_t fp8_quad(uint32_t word, const uint2& table) {
 MXL_HD constexpr int bf16_element_of(int q, int R, int e) { return 32 * q + 8 * (R / 4) + R % 4 + 4 * e; }
 MXL_HD constexpr int bf16_logical_k(int q, int R, int e) { return 16 * (R / 2) + 8 * (R % 2) + 2 * q + e; }
 
-// bf16x2 of 2^(e - m + 126): the multiplier that turns a placed nibble into E2M1 * 2^(e - m).
-// Spreads beyond 2^-253 flush to 0, far below fp32's resolution of the row's largest block.
-__device__ inline uint32_t bf16_multiplier(uint32_t e, uint32_t m) {
-  const int field = int(e) - int(m) + 253;
+// bf16x2 of 2^(126 - d): the multiplier that turns a placed nibble into E2M1 * 2^-d for a block of
+// spread d. Spreads beyond 252 flush to 0, far below fp32's resolution of the row's largest block.
+__device__ inline uint32_t bf16_multiplier(uint32_t d) {
+  const int field = 253 - int(d);
   const uint32_t bits = field > 0 ? uint32_t(field) << 7 : 0u;
   return bits | bits << 16;
 }
