@@ -2,9 +2,8 @@
 // sm90 body: a persistent CTA walks its records (SPEC §4). Copy warps bring each KV page of a
 // record (64 tokens: 4 KiB of values, 256 B of scales) into a ring of shared-memory slots with
 // bulk copies completing on the slot's mbarrier (one copy when the cache is one fused buffer);
-// check warps read each landed page's
-// scales once for all: per token the spreads of its blocks and its factor, and whether the
-// whole page fits the fp8 path. Math warpgroups take the pages
+// check warps read each landed page's scales once for all: per token the spreads of its blocks
+// and its factor, and whether the whole page fits the fp8 path. Math warpgroups take the pages
 // round-robin, convert the FP4 keys to e4m3 (bf16 on the exact path) straight into wgmma A
 // registers, multiply them with the tile's queries (converted once per record into shared
 // memory) and reduce relu(qk) * w over the heads in registers. The guard keeps device code off
@@ -118,8 +117,6 @@ __device__ inline records::Span span_of(const KernelArgs& a, const CtaRecord& r)
   return records::span_of<T::Q_PER_BLOCK, T::BLOCK_K>(a, r);
 }
 
-// ---- copy and check warps ----------------------------------------------------------------------
-
 // Calls f(g, record, span) for each record of the CTA that has work, g its first page's index in
 // the CTA's page sequence; returns the sequence's length.
 template <class T, class F>
@@ -135,6 +132,8 @@ __device__ uint32_t for_each_record(const KernelArgs& a, int begin, int end, F&&
   }
   return g;
 }
+
+// ---- copy and check warps ----------------------------------------------------------------------
 
 // Lane 0 brings page g into its slot once the slot is free: values and scales in one copy when
 // they are one fused buffer (scales right after each page's values), else in two. A page outside
@@ -470,12 +469,7 @@ template <class T>
 __device__ void consume(const KernelArgs& a, Shared<T>& sh, int begin, int end) {
   const int tid = threadIdx.x, wg = tid / 128;
   const Slots<T> slots(sh);
-  const auto* records = reinterpret_cast<const CtaRecord*>(a.cta_info);
-  uint32_t g = 0;  // the CTA's page count, walked in the copy warps' order
-  for (int j = begin; j < end; ++j) {
-    const CtaRecord r = records[j];
-    const records::Span span = span_of<T>(a, r);
-    if (span.rows == 0) continue;
+  for_each_record<T>(a, begin, end, [&](uint32_t g, const CtaRecord& r, const records::Span& span) {
     math_barrier(T::MATH_THREADS);  // the previous tile's queries are no longer read
     const bool fp8 = load_tile<T>(a, sh, r, span, tid);
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic writes -> wgmma reads
@@ -485,8 +479,7 @@ __device__ void consume(const KernelArgs& a, Shared<T>& sh, int begin, int end) 
     // Page g of the CTA's sequence goes to warpgroup g % MATH_WARPGROUPS.
     const int32_t i0 = (wg - int(g % T::MATH_WARPGROUPS) + T::MATH_WARPGROUPS) % T::MATH_WARPGROUPS;
     consume_pages<T>(sh, slots, tile_fp8, g, first, i0, pages);
-    g += uint32_t(pages);
-  }
+  });
 }
 
 template <class T>
