@@ -165,7 +165,7 @@ def bench_row(
         calls[0]()
         _check(problem, variant)
     seconds = statistics.median(call_seconds(calls, device, repeats))
-    host = host_seconds(calls, device, repeats)
+    host = host_seconds(calls, device, repeats) if device.type == "cuda" else seconds
     roof = roofline_seconds(work, limits)
     return {
         "table": shape.table,

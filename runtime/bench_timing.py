@@ -53,18 +53,15 @@ def call_seconds(calls: Sequence[Callable[[], object]], device: torch.device, re
 
 
 def host_seconds(calls: Sequence[Callable[[], object]], device: torch.device, repeats: int) -> float:
-    """Host seconds one eager call takes (checks, dispatch, launch), from `repeats` calls issued back
-    to back without waiting for the device; on the host, where a call is synchronous, its wall time."""
-    for call in calls:
-        call()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    """Host seconds one eager GPU call takes (checks, dispatch, launch), from `repeats` calls issued
+    back to back without waiting for the device. The calls have run before (call_seconds warms
+    them). On the host a call is synchronous: its host time is call_seconds's."""
+    torch.cuda.synchronize(device)
     start = time.perf_counter()
     for i in range(repeats):
         calls[i % len(calls)]()
     seconds = (time.perf_counter() - start) / repeats
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    torch.cuda.synchronize(device)
     return seconds
 
 
