@@ -117,20 +117,34 @@ __device__ inline records::Span span_of(const KernelArgs& a, const CtaRecord& r)
   return records::span_of<T::Q_PER_BLOCK, T::BLOCK_K>(a, r);
 }
 
-// Calls f(g, record, span) for each record of the CTA that has work, g its first page's index in
-// the CTA's page sequence; returns the sequence's length.
+// The pages a record's span touches, [first, first + count); token indices fit int32 (windows
+// end at or before max_seq_len).
+struct PageRun {
+  int32_t first, count;
+};
+__device__ inline PageRun page_run(const records::Span& span) {
+  const int32_t first = int32_t(span.lo / kPageSize);
+  return PageRun{first, int32_t((span.hi - 1) / kPageSize) + 1 - first};
+}
+
+// Where worker k of n starts in a run of pages whose first is page g of the CTA's sequence: the
+// least i >= 0 with (g + i) % n == k (page g goes to worker g % n).
+__device__ inline int32_t first_turn(uint32_t g, int k, int n) { return int32_t((uint32_t(k + n) - g % n) % n); }
+
+// Calls f(g, record, span, run) for each record of the CTA that has work, g its first page's index
+// in the CTA's page sequence.
 template <class T, class F>
-__device__ uint32_t for_each_record(const KernelArgs& a, int begin, int end, F&& f) {
+__device__ void for_each_record(const KernelArgs& a, int begin, int end, F&& f) {
   const auto* records = reinterpret_cast<const CtaRecord*>(a.cta_info);
   uint32_t g = 0;
   for (int j = begin; j < end; ++j) {
     const CtaRecord r = records[j];
     const records::Span span = span_of<T>(a, r);
     if (span.rows == 0) continue;
-    f(g, r, span);
-    g += uint32_t((span.hi - 1) / kPageSize + 1 - span.lo / kPageSize);
+    const PageRun run = page_run(span);
+    f(g, r, span, run);
+    g += uint32_t(run.count);
   }
-  return g;
 }
 
 // ---- copy and check warps ----------------------------------------------------------------------
@@ -167,15 +181,15 @@ __device__ void copy_pages(const KernelArgs& a, Shared<T>& sh, int begin, int en
   const int lane = threadIdx.x % 32;
   const Slots<T> slots(sh);
   const bool fused = a.kv_scale == a.kv + kPageValueBytes && a.kv_scale_page_stride == a.kv_page_stride;
-  for_each_record<T>(a, begin, end, [&](uint32_t g, const CtaRecord& r, const records::Span& span) {
+  for_each_record<T>(a, begin, end, [&](uint32_t g, const CtaRecord& r, const records::Span&, const PageRun& run) {
     const int32_t* table = a.block_tables + int64_t(r.batch_id) * a.block_table_stride;
-    const int32_t first = int32_t(span.lo / kPageSize), last = int32_t((span.hi - 1) / kPageSize);
-    for (int32_t p0 = first; p0 <= last; p0 += 32) {
+    const int32_t last = run.first + run.count - 1;
+    for (int32_t p0 = run.first; p0 <= last; p0 += 32) {
       const int32_t mine = p0 + lane;
       const int32_t id = mine <= last && mine < a.block_table_width ? table[mine] : -1;
-      const uint32_t g0 = g + uint32_t(p0 - first);  // page p0's place in the sequence
+      const uint32_t g0 = g + uint32_t(p0 - run.first);  // page p0's place in the sequence
       const int count = min(last - p0 + 1, 32);
-      for (int i = int((uint32_t(k) + T::COPIERS - g0 % T::COPIERS) % T::COPIERS); i < count; i += T::COPIERS) {
+      for (int i = first_turn(g0, k, T::COPIERS); i < count; i += T::COPIERS) {
         const int32_t page = __shfl_sync(0xFFFFFFFFu, id, i);
         if (lane == 0) issue<T>(a, sh, slots, fused, g0 + uint32_t(i), page);
       }
@@ -183,29 +197,37 @@ __device__ void copy_pages(const KernelArgs& a, Shared<T>& sh, int begin, int en
   });
 }
 
-// Check warp k reads landed pages k, k + CHECKERS, ...: per token the spreads and factor
-// (TokenMeta), and whether every block of every token fits the fp8 path (the operand kind must
-// be uniform over a warpgroup). Each lane arrives on the slot's `checked` (count 32).
+// Landed page g's scales, read once for every math warpgroup by one check warp: per token the
+// spreads and factor (TokenMeta), and whether every block of every token fits the fp8 path (the
+// operand kind must be uniform over a warpgroup). Each lane arrives on the slot's `checked`
+// (count 32).
+template <class T>
+__device__ void check_page(Shared<T>& sh, const Slots<T>& slots, uint32_t g, int lane) {
+  const uint32_t s = Slots<T>::slot(g);
+  mbar_wait(slots.full(g), Slots<T>::parity(g));
+  const auto* scales = reinterpret_cast<const uint32_t*>(sh.kv[s] + kPageValueBytes);
+  bool fp8 = true;
+#pragma unroll
+  for (int t = lane; t < kPageSize; t += 32) {
+    const uint32_t sc = scales[t], m = convert::max_exponent(sc);
+    fp8 = fp8 && convert::fp8_exact(m - convert::min_exponent(sc));
+    sh.meta[s][t] = TokenMeta{convert::spreads(sc, m), convert::row_factor(m, 2 * convert::kFp8Shift)};
+  }
+  fp8 = __all_sync(0xFFFFFFFFu, fp8);
+  if (lane == 0) sh.fp8[s] = fp8;
+  mbar_arrive(slots.checked(g));
+}
+
+// Check warp k reads pages k, k + CHECKERS, ... of the CTA's sequence.
 template <class T>
 __device__ void check_pages(const KernelArgs& a, Shared<T>& sh, int begin, int end, int k) {
   const int lane = threadIdx.x % 32;
   const Slots<T> slots(sh);
-  const uint32_t pages = for_each_record<T>(a, begin, end, [](uint32_t, const CtaRecord&, const records::Span&) {});
-  for (uint32_t g = k; g < pages; g += T::CHECKERS) {
-    const uint32_t s = Slots<T>::slot(g);
-    mbar_wait(slots.full(g), Slots<T>::parity(g));
-    const auto* scales = reinterpret_cast<const uint32_t*>(sh.kv[s] + kPageValueBytes);
-    bool fp8 = true;
-#pragma unroll
-    for (int t = lane; t < kPageSize; t += 32) {
-      const uint32_t sc = scales[t], m = convert::max_exponent(sc);
-      fp8 = fp8 && convert::fp8_exact(m - convert::min_exponent(sc));
-      sh.meta[s][t] = TokenMeta{convert::spreads(sc, m), convert::row_factor(m, 2 * convert::kFp8Shift)};
+  for_each_record<T>(a, begin, end, [&](uint32_t g0, const CtaRecord&, const records::Span&, const PageRun& run) {
+    for (int32_t i = first_turn(g0, k, T::CHECKERS); i < run.count; i += T::CHECKERS) {
+      check_page<T>(sh, slots, g0 + uint32_t(i), lane);
     }
-    fp8 = __all_sync(0xFFFFFFFFu, fp8);
-    if (lane == 0) sh.fp8[s] = fp8;
-    mbar_arrive(slots.checked(g));
-  }
+  });
 }
 
 // ---- math warpgroups --------------------------------------------------------------------------
@@ -469,16 +491,12 @@ template <class T>
 __device__ void consume(const KernelArgs& a, Shared<T>& sh, int begin, int end) {
   const int tid = threadIdx.x, wg = tid / 128;
   const Slots<T> slots(sh);
-  for_each_record<T>(a, begin, end, [&](uint32_t g, const CtaRecord& r, const records::Span& span) {
+  for_each_record<T>(a, begin, end, [&](uint32_t g, const CtaRecord& r, const records::Span& span, const PageRun& run) {
     math_barrier(T::MATH_THREADS);  // the previous tile's queries are no longer read
     const bool fp8 = load_tile<T>(a, sh, r, span, tid);
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic writes -> wgmma reads
     const bool tile_fp8 = math_all(fp8, T::MATH_THREADS);
-    // Token indices fit int32: windows end at or before max_seq_len.
-    const int32_t first = int32_t(span.lo / kPageSize), pages = int32_t((span.hi - 1) / kPageSize) + 1 - first;
-    // Page g of the CTA's sequence goes to warpgroup g % MATH_WARPGROUPS.
-    const int32_t i0 = (wg - int(g % T::MATH_WARPGROUPS) + T::MATH_WARPGROUPS) % T::MATH_WARPGROUPS;
-    consume_pages<T>(sh, slots, tile_fp8, g, first, i0, pages);
+    consume_pages<T>(sh, slots, tile_fp8, g, run.first, first_turn(g, wg, T::MATH_WARPGROUPS), run.count);
   });
 }
 
