@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         "--ptxas",
         action="store_true",
         help="compile the output tree's cuda instance TUs with nvcc and report ptxas resources per kernel; "
-        "exit 1 on a spill or stack frame, 2 on a compile error",
+        "exit 1 on a spill, stack frame or serialized wgmma, 2 on a compile error",
     )
     mode.add_argument(
         "--isa",

@@ -1,7 +1,8 @@
 """mxlogits-gen --ptxas: compile every instance TU of every cuda arch of a rendered generated/ for
 its target alone and report what ptxas allocated per kernel (registers, shared memory, stack,
 spills). A spill or a stack frame fails the run: on the GPU either one is local-memory traffic
-on the hot path. Needs nvcc only, no GPU and no torch headers (instance TUs include none). smem is
+on the hot path. So does a wgmma pipeline ptxas had to serialize (its C751x performance
+warnings): the tensor cores would then wait on every instruction. Needs nvcc only, no GPU and no torch headers (instance TUs include none). smem is
 static shared memory: what a body requests dynamically at launch is not ptxas's to see."""
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ _PROPERTIES = re.compile(r"Function properties for (\S+)")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _USED = re.compile(r"Used (\d+) registers")
 _SMEM = re.compile(r"(\d+) bytes smem")
+_SERIALIZED = re.compile(r"\((C75\d\d)\) Potential Performance Loss: (wgmma\.mma_async instructions are serialized .*?) "
+                         r"(?:in|for) the function '([^']+)'")
 
 
 @dataclass
@@ -38,10 +41,11 @@ class Function:
     stack: int = 0
     spill_stores: int = 0
     spill_loads: int = 0
+    serialized: str | None = None  # why ptxas serialized the function's wgmma pipeline
 
     @property
     def clean(self) -> bool:
-        return self.stack == 0 and self.spill_stores == 0 and self.spill_loads == 0
+        return self.stack == 0 and self.spill_stores == 0 and self.spill_loads == 0 and self.serialized is None
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,9 @@ def parse_ptxas(text: str) -> list[Function]:
     functions: dict[str, Function] = {}
     entry = current = None
     for line in text.splitlines():
-        if m := _ENTRY.search(line):
+        if m := _SERIALIZED.search(line):
+            functions.setdefault(m.group(3), Function(m.group(3))).serialized = f"{m.group(1)}: {m.group(2)}"
+        elif m := _ENTRY.search(line):
             entry = functions.setdefault(m.group(1), Function(m.group(1)))
             entry.entry = True
         elif m := _PROPERTIES.search(line):
@@ -126,7 +132,7 @@ def _compile(unit: Unit) -> subprocess.CompletedProcess:
 
 
 def report(generated: Path) -> int:
-    """Print the resource table; 0 clean, 1 a spill or stack frame, 2 a compile error or no nvcc."""
+    """Print the resource table; 0 clean, 1 a spill, stack frame or serialized wgmma, 2 a compile error or no nvcc."""
     doc = json.loads((generated / "manifest.json").read_text())
     if not any(a["family"] == "cuda" for a in doc["arches"].values()):
         print(f"mxlogits-gen: no cuda arch in {generated / 'manifest.json'}; nothing for ptxas to report")
@@ -155,12 +161,11 @@ def report(generated: Path) -> int:
         print(f"{u.arch:10} {u.instance:16} {kernel:72} {regs:>5} {f.smem:7} {f.stack:6} {spills:>13}")
     dirty = [(u, f) for u, f in rows if not f.clean]
     for u, f in dirty:
-        print(
-            f"mxlogits-gen: {u.arch} {u.instance}: {names[f.name]}: {f.stack} bytes stack frame, "
-            f"{f.spill_stores} bytes spill stores, {f.spill_loads} bytes spill loads",
-            file=sys.stderr,
-        )
+        why = f"{f.stack} bytes stack frame, {f.spill_stores} bytes spill stores, {f.spill_loads} bytes spill loads"
+        if f.serialized:
+            why += f"; {f.serialized}"
+        print(f"mxlogits-gen: {u.arch} {u.instance}: {names[f.name]}: {why}", file=sys.stderr)
     if dirty:
         return 1
-    print(f"mxlogits-gen: {len(rows)} functions in {len(units)} instance TUs: no spills, no stack frames")
+    print(f"mxlogits-gen: {len(rows)} functions in {len(units)} instance TUs: no spills, no stack frames, no serialized wgmma")
     return 0

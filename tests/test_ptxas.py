@@ -46,6 +46,18 @@ ptxas info    : Function properties for {LOGITS}
 ptxas info    : Used 32 registers, used 0 barriers, 856 bytes cumulative stack size
 """
 
+# ptxas's two ways of saying it had to serialize a kernel's wgmma pipeline (nvcc 13.0, sm_90a).
+PTXAS_SERIALIZED = f"""\
+ptxas info    : (C7512) Potential Performance Loss: wgmma.mma_async instructions are serialized due to insufficient \
+register resources for the function '{LOGITS}'
+ptxas info    : (C7510) Potential Performance Loss: wgmma.mma_async instructions are serialized due to wgmma pipeline \
+crossing function boundary at a function call in the function '{SCHED}'
+ptxas info    : Compiling entry function '{LOGITS}' for 'sm_90a'
+ptxas info    : Function properties for {LOGITS}
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 94 registers, used 2 barriers
+"""
+
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA toolkit)")
 
 
@@ -61,6 +73,17 @@ def test_parser_flags_spills_and_stack():
     (f,) = parse_ptxas(PTXAS_SPILL)
     assert (f.registers, f.smem, f.stack, f.spill_stores, f.spill_loads) == (32, 0, 856, 2040, 2044)
     assert not f.clean
+
+
+def test_parser_flags_a_serialized_wgmma_pipeline():
+    logits, sched = parse_ptxas(PTXAS_SERIALIZED)
+    assert (logits.name, logits.registers, logits.stack) == (LOGITS, 94, 0)
+    assert logits.serialized == (
+        "C7512: wgmma.mma_async instructions are serialized due to insufficient register resources"
+    )
+    assert sched.serialized.startswith("C7510: wgmma.mma_async instructions are serialized due to wgmma pipeline")
+    assert not logits.clean and not sched.clean
+    assert all(f.clean for f in parse_ptxas(PTXAS_CLEAN))
 
 
 def test_short_name_drops_return_type_parameters_and_namespaces():

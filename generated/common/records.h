@@ -56,8 +56,17 @@ MXL_HD inline float weight_as(const KernelArgs& a, int64_t i) {
   memcpy(&f, &bits, sizeof f);
   return f;
 }
-MXL_HD inline float weight(const KernelArgs& a, int64_t i) {
-  return a.weights_bf16 ? weight_as<true>(a, i) : weight_as<false>(a, i);
+// weights[i]'s bits as stored (a bf16 zero-extended), and their value: a caller can issue the
+// load early and widen it when the value is needed, so nothing waits on the load in between.
+MXL_HD inline uint32_t weight_bits(const KernelArgs& a, int64_t i) {
+  return a.weights_bf16 ? uint32_t(static_cast<const uint16_t*>(a.weights)[i]) : static_cast<const uint32_t*>(a.weights)[i];
 }
+MXL_HD inline float weight_of_bits(const KernelArgs& a, uint32_t bits) {
+  const uint32_t widened = a.weights_bf16 ? bits << 16 : bits;
+  float f;
+  memcpy(&f, &widened, sizeof f);
+  return f;
+}
+MXL_HD inline float weight(const KernelArgs& a, int64_t i) { return weight_of_bits(a, weight_bits(a, i)); }
 
 }  // namespace mxlogits::records

@@ -237,57 +237,64 @@ __device__ void check_pages(const KernelArgs& a, Shared<T>& sh, int begin, int e
 // are zeros and write nothing.
 template <class T>
 __device__ bool load_tile(const KernelArgs& a, Shared<T>& sh, const CtaRecord& r, const records::Span& span, int tid) {
-  // Unit u = (row i, head h, block b). The next unit's global loads are issued before this one
-  // is converted, so the tile costs about one memory round trip rather than one per unit (a
-  // causal prefill CTA starts hundreds of small tiles).
+  // Unit u = (row i, head h, block b). Every load of the thread's units and of its row's window is
+  // issued before any result is used (the weight stays raw bits until then): the tile costs one
+  // memory round trip, and a causal prefill CTA starts hundreds of small tiles.
   constexpr int kUnits = T::Q_PER_BLOCK * kHeads * kRowScales;
+  constexpr int kPer = (kUnits + T::MATH_THREADS - 1) / T::MATH_THREADS;
   struct Unit {
     uint4 words;
-    uint32_t scales;
-    float weight;  // weight_scale * weights[row, h] at b == 0; 0 for rows past the tile
+    uint32_t scales, weight;  // weight: weights[row, h]'s bits at b == 0
   };
-  const auto fetch = [&](int u) {
-    Unit x{make_uint4(0, 0, 0, 0), 0, 0.f};
+  Unit x[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int u = tid + k * T::MATH_THREADS;
     const int i = u / (kHeads * kRowScales), h = u / kRowScales % kHeads, b = u % kRowScales;
+    x[k] = Unit{make_uint4(0, 0, 0, 0), 0, 0};  // rows past the tile: zeros
     if (u < kUnits && i < span.rows) {
       const int64_t head = (int64_t(r.row_id) + i) * kHeads + h;
-      x.words = *reinterpret_cast<const uint4*>(a.q + head * kRowBytes + b * (kScaleBlock / 2));
-      x.scales = *reinterpret_cast<const uint32_t*>(a.q_scale + head * kRowScales);
-      if (b == 0) x.weight = a.weight_scale * records::weight(a, head);
-    }
-    return x;
-  };
-  bool fp8 = true;
-  Unit next = fetch(tid);
-#pragma unroll 1
-  for (int u = tid; u < kUnits; u += T::MATH_THREADS) {
-    const Unit x = next;
-    next = fetch(u + T::MATH_THREADS);
-    const int i = u / (kHeads * kRowScales), h = u / kRowScales % kHeads, b = u % kRowScales;
-    const int n = i * kHeads + h;
-    const uint32_t m = convert::max_exponent(x.scales), d = m - ((x.scales >> (8 * b)) & 0xFFu);
-    if (b == 0) sh.w[i][h] = x.weight * convert::row_factor(m, 0);
-    fp8 = fp8 && (convert::fp8_exact(d) || convert::zero_block(x.words));
-    const uint32_t mult = convert::bf16_multiplier(d);
-#pragma unroll
-    for (int R = 0; R < kScaleBlock / 2; ++R) {
-      const int k = convert::bf16_logical_k(b, R, 0);
-      *reinterpret_cast<uint32_t*>(sh.q16 + atom::b_offset<atom::Bf16>(k, n)) = convert::bf16_pair(R, x.words, mult);
-    }
-    const uint2 table = convert::fp8_table(d);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const uint32_t w = convert::word(x.words, j);
-      *reinterpret_cast<uint32_t*>(sh.q8 + atom::b_offset<atom::Fp8>(convert::fp8_logical_k(b, j, 0, 0), n)) =
-          convert::fp8_quad<0>(w, table);
-      *reinterpret_cast<uint32_t*>(sh.q8 + atom::b_offset<atom::Fp8>(convert::fp8_logical_k(b, j, 1, 0), n)) =
-          convert::fp8_quad<1>(w, table);
+      x[k].words = *reinterpret_cast<const uint4*>(a.q + head * kRowBytes + b * (kScaleBlock / 2));
+      x[k].scales = *reinterpret_cast<const uint32_t*>(a.q_scale + head * kRowScales);
+      if (b == 0) x[k].weight = records::weight_bits(a, head);
     }
   }
   if (tid < T::Q_PER_BLOCK) {
     const int64_t row = int64_t(r.row_id) + tid;
     const records::Window w = tid < span.rows ? records::window_of(a, span, row) : records::Window{0, 0};
     sh.rows[tid] = TileRow{a.out + (tid < span.rows ? row : 0) * a.out_row_stride, int32_t(w.from), int32_t(w.to)};
+  }
+  // One unit converted per iteration, the rest moved down a register queue: unrolled, the
+  // conversions would interleave and spill.
+  bool fp8 = true;
+#pragma unroll 1
+  for (int k = 0; k < kPer; ++k) {
+    const Unit cur = x[0];
+#pragma unroll
+    for (int j = 0; j + 1 < kPer; ++j) x[j] = x[j + 1];
+    const int u = tid + k * T::MATH_THREADS;
+    if (u < kUnits) {
+      const int i = u / (kHeads * kRowScales), h = u / kRowScales % kHeads, b = u % kRowScales;
+      const int n = i * kHeads + h;
+      const uint32_t m = convert::max_exponent(cur.scales), d = m - ((cur.scales >> (8 * b)) & 0xFFu);
+      if (b == 0) sh.w[i][h] = a.weight_scale * records::weight_of_bits(a, cur.weight) * convert::row_factor(m, 0);
+      fp8 = fp8 && (convert::fp8_exact(d) || convert::zero_block(cur.words));
+      const uint32_t mult = convert::bf16_multiplier(d);
+#pragma unroll
+      for (int R = 0; R < kScaleBlock / 2; ++R) {
+        *reinterpret_cast<uint32_t*>(sh.q16 + atom::b_offset<atom::Bf16>(convert::bf16_logical_k(b, R, 0), n)) =
+            convert::bf16_pair(R, cur.words, mult);
+      }
+      const uint2 table = convert::fp8_table(d);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t w = convert::word(cur.words, j);
+        *reinterpret_cast<uint32_t*>(sh.q8 + atom::b_offset<atom::Fp8>(convert::fp8_logical_k(b, j, 0, 0), n)) =
+            convert::fp8_quad<0>(w, table);
+        *reinterpret_cast<uint32_t*>(sh.q8 + atom::b_offset<atom::Fp8>(convert::fp8_logical_k(b, j, 1, 0), n)) =
+            convert::fp8_quad<1>(w, table);
+      }
+    }
   }
   return fp8;
 }
@@ -505,6 +512,7 @@ __global__ void __maxnreg__(T::MAX_REGISTERS) logits_kernel(const __grid_constan
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) uint8_t shared_bytes[];
   Shared<T>& sh = *reinterpret_cast<Shared<T>*>(shared_bytes);
+  const CtaRange range = reinterpret_cast<const CtaRange*>(a.cta_ranges)[blockIdx.x];  // in flight during the setup
   if (threadIdx.x < T::STAGES) {  // thread s sets up slot s's barriers: in parallel, not 3 * STAGES in a row
     const int s = threadIdx.x;
     mbar_init(&sh.full[s], 1);
@@ -513,7 +521,6 @@ __global__ void __maxnreg__(T::MAX_REGISTERS) logits_kernel(const __grid_constan
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
-  const CtaRange range = reinterpret_cast<const CtaRange*>(a.cta_ranges)[blockIdx.x];
   const int begin = max(range.begin, 0), end = min(range.end, a.num_records);
   if (threadIdx.x >= T::MATH_THREADS) {
     const int warp = (threadIdx.x - T::MATH_THREADS) / 32;
