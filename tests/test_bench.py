@@ -77,6 +77,27 @@ def test_guard_refuses_to_time_a_wrong_kernel(monkeypatch):
         bench.bench_row(shape, mx.default_variant("cpu"), torch.device("cpu"), limits, 1, guard=True)
 
 
+@pytest.mark.parametrize("device, checked_per_table", [("cpu", 1), ("cuda", None)])
+def test_every_gpu_row_is_checked_before_it_is_timed(monkeypatch, capsys, device, checked_per_table):
+    # On a GPU the reference is fast and large rows show errors small ones do not (the fp8 path's
+    # accumulation): every row is checked; on the host, each table's row with the fewest cells.
+    guards = []
+
+    def fake_row(shape, variant, dev, limits, repeats, *, guard):
+        guards.append((shape.table, guard))
+        return {"table": shape.table, "shape": shape.label, "variant": variant.name, "num_ctas": 1, "plan_us": 1.0,
+                "op_us": 1.0, "host_us": 1.0, "tflops": 1.0, "tbps": 1.0, "roofline_pct": 1.0, "checked": guard}  # fmt: skip
+
+    monkeypatch.setattr(bench, "bench_row", fake_row)
+    v = mx.default_variant("cpu")
+    rows = [(shape, v) for table in ("decode_mtp1", "decode_mtp4") for shape in TABLES[table](16, 8)]
+    bench._run_tables(rows, torch.device(device), Limits(1e9, 1e9, ""), 1)
+    capsys.readouterr()
+    for table in ("decode_mtp1", "decode_mtp4"):
+        flags = [g for t, g in guards if t == table]
+        assert sum(flags) == (checked_per_table or len(flags)) and len(flags) > 1
+
+
 def test_quick_run_writes_json(tmp_path):
     path = tmp_path / "out.json"
     args = ["bench", "--device", "cpu", "--quick", "--tables", "decode_mtp1", "--json", str(path)]
