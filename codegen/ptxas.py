@@ -2,8 +2,9 @@
 its target alone and report what ptxas allocated per kernel (registers, shared memory, stack,
 spills). A spill or a stack frame fails the run: on the GPU either one is local-memory traffic
 on the hot path. So does a wgmma pipeline ptxas had to serialize (its C751x performance
-warnings): the tensor cores would then wait on every instruction. Needs nvcc only, no GPU and no torch headers (instance TUs include none). smem is
-static shared memory: what a body requests dynamically at launch is not ptxas's to see."""
+warnings): the tensor cores would then wait on every instruction. Needs nvcc only, no GPU and no
+torch headers (instance TUs include none). smem is static shared memory: what a body requests
+dynamically at launch is not ptxas's to see."""
 
 from __future__ import annotations
 

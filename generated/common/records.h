@@ -47,26 +47,24 @@ MXL_HD inline Window window_of(const KernelArgs& a, const Span& s, int64_t row) 
   return window_from(s, a.local_starts ? int64_t(a.local_starts[row]) : int64_t(0), a.local_ends[row]);
 }
 
-// weights[i] as fp32, the dtype known at compile time (bf16 widens exactly), or read from the args.
-template <bool kBf16>
-MXL_HD inline float weight_as(const KernelArgs& a, int64_t i) {
-  if (!kBf16) return static_cast<const float*>(a.weights)[i];
-  const uint32_t bits = uint32_t(static_cast<const uint16_t*>(a.weights)[i]) << 16;
-  float f;
-  memcpy(&f, &bits, sizeof f);
-  return f;
+// weights[i]'s bits as stored (a bf16 zero-extended) and their fp32 value (bf16 widens exactly):
+// a caller can issue the load early and widen it when the value is needed, so nothing waits on the
+// load in between. weight_as: the dtype known at compile time; weight: read from the args.
+MXL_HD inline uint32_t weight_bits(const KernelArgs& a, int64_t i, bool bf16) {
+  return bf16 ? uint32_t(static_cast<const uint16_t*>(a.weights)[i]) : static_cast<const uint32_t*>(a.weights)[i];
 }
-// weights[i]'s bits as stored (a bf16 zero-extended), and their value: a caller can issue the
-// load early and widen it when the value is needed, so nothing waits on the load in between.
-MXL_HD inline uint32_t weight_bits(const KernelArgs& a, int64_t i) {
-  return a.weights_bf16 ? uint32_t(static_cast<const uint16_t*>(a.weights)[i]) : static_cast<const uint32_t*>(a.weights)[i];
-}
-MXL_HD inline float weight_of_bits(const KernelArgs& a, uint32_t bits) {
-  const uint32_t widened = a.weights_bf16 ? bits << 16 : bits;
+MXL_HD inline float weight_of_bits(uint32_t bits, bool bf16) {
+  const uint32_t widened = bf16 ? bits << 16 : bits;
   float f;
   memcpy(&f, &widened, sizeof f);
   return f;
 }
-MXL_HD inline float weight(const KernelArgs& a, int64_t i) { return weight_of_bits(a, weight_bits(a, i)); }
+template <bool kBf16>
+MXL_HD inline float weight_as(const KernelArgs& a, int64_t i) {
+  return weight_of_bits(weight_bits(a, i, kBf16), kBf16);
+}
+MXL_HD inline float weight(const KernelArgs& a, int64_t i) {
+  return weight_of_bits(weight_bits(a, i, a.weights_bf16), a.weights_bf16);
+}
 
 }  // namespace mxlogits::records

@@ -256,7 +256,7 @@ __device__ bool load_tile(const KernelArgs& a, Shared<T>& sh, const CtaRecord& r
       const int64_t head = (int64_t(r.row_id) + i) * kHeads + h;
       x[k].words = *reinterpret_cast<const uint4*>(a.q + head * kRowBytes + b * (kScaleBlock / 2));
       x[k].scales = *reinterpret_cast<const uint32_t*>(a.q_scale + head * kRowScales);
-      if (b == 0) x[k].weight = records::weight_bits(a, head);
+      if (b == 0) x[k].weight = records::weight_bits(a, head, a.weights_bf16);
     }
   }
   if (tid < T::Q_PER_BLOCK) {
@@ -277,7 +277,7 @@ __device__ bool load_tile(const KernelArgs& a, Shared<T>& sh, const CtaRecord& r
       const int i = u / (kHeads * kRowScales), h = u / kRowScales % kHeads, b = u % kRowScales;
       const int n = i * kHeads + h;
       const uint32_t m = convert::max_exponent(cur.scales), d = m - ((cur.scales >> (8 * b)) & 0xFFu);
-      if (b == 0) sh.w[i][h] = a.weight_scale * records::weight_of_bits(a, cur.weight) * convert::row_factor(m, 0);
+      if (b == 0) sh.w[i][h] = a.weight_scale * records::weight_of_bits(cur.weight, a.weights_bf16) * convert::row_factor(m, 0);
       fp8 = fp8 && (convert::fp8_exact(d) || convert::zero_block(cur.words));
       const uint32_t mult = convert::bf16_multiplier(d);
 #pragma unroll
