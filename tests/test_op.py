@@ -10,7 +10,7 @@ import zlib
 import mxlogits as mx
 import pytest
 import torch
-from conftest import assert_matches, device_of, make_case, make_plan, ops_of, reference, run_op
+from conftest import Scene, assert_matches, device_of, make_case, make_plan, ops_of, reference, run_op
 from schedule_model import setup_chunks
 
 
@@ -190,13 +190,13 @@ def test_nan_q_scale_poisons_its_row(variant):
     assert not torch.isnan(out[others]).any()
 
 
-@pytest.mark.parametrize("side", ["kv", "q"])
-def test_scale_blocks_far_apart(variant, side):
+def far_apart_case(variant, side: str) -> Scene:
     """Tokens (side kv, on every other page) or query heads (side q) whose block 0 is scaled 2^20
     above the other three, against zeros in block 0 of the other operand: every logit comes from
     the small blocks alone, so a path that cannot hold that spread (sm90's fp8 operands, exact to
     2^11) must give way to an exact one for just those pages or tiles."""
-    case = make_case([600], [(0, 0, 600), (0, 37, 500), (0, 64, 600)], variant, seed=23)
+    rows = [(0, 0, 600), (0, 37, 500), (0, 64, 600), (0, 100, 580), (0, 5, 600), (0, 300, 600)]
+    case = make_case([600], rows, variant, seed=23)
     pages = case.block_tables[0, :10].long()
     if side == "kv":
         odd = pages[1::2]
@@ -205,7 +205,16 @@ def test_scale_blocks_far_apart(variant, side):
     else:
         case.q_scale[:, :, 0] = (case.q_scale[:, :, 1:].amax(dim=-1) + 20).clamp(max=254)
         case.kv_cache[pages, :, :16] = 0
-    assert_matches(run_op(case, variant), reference(case), variant)
+    return case
+
+
+@pytest.mark.parametrize("num_ctas", [None, 1])
+@pytest.mark.parametrize("side", ["kv", "q"])
+def test_scale_blocks_far_apart(variant, side, num_ctas):
+    """far_apart_case. On one CTA, every worker of it meets such pages of the same tiles (sm90: its
+    math warpgroups ask for the exact path's queries at once)."""
+    case = far_apart_case(variant, side)
+    assert_matches(run_op(case, variant, num_ctas=num_ctas), reference(case), variant)
 
 
 # ---- torch.library ---------------------------------------------------------------------------

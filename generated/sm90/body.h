@@ -232,6 +232,37 @@ __device__ void check_pages(const KernelArgs& a, Shared<T>& sh, int begin, int e
 
 // ---- math warpgroups --------------------------------------------------------------------------
 
+// Where a query unit's 32-bit stores go in B: step s of block b (quad lane b) for column n. Step s
+// is a 4-byte register of convert::'s k order (Fp8: word s / 2, nibble half s % 2; Bf16: register
+// s), and B is linear in those steps above the quad lane (checked below), so a unit takes one
+// address plus constant offsets; computed per store, the addresses were most of the tile's
+// conversion instructions (the H200's SASS: ~460 per unit).
+template <class K>
+MXL_HD constexpr int logical_k(int b, int s) {
+  if constexpr (K::kBytes == 1) {
+    return convert::fp8_logical_k(b, s / 2, s % 2, 0);
+  } else {
+    return convert::bf16_logical_k(b, s, 0);
+  }
+}
+template <class K>
+MXL_HD constexpr int unit_offset(int b, int n) { return atom::b_offset<K>(logical_k<K>(b, 0), n); }
+template <class K>
+MXL_HD constexpr int step_offset(int s) { return atom::b_offset<K>(logical_k<K>(0, s), 0); }
+template <class K>
+constexpr bool unit_steps_linear() {
+  constexpr int kSteps = kScaleBlock * K::kBytes / 4;  // 4-byte registers of a block
+  for (int b = 0; b < kRowScales; ++b) {
+    for (int s = 0; s < kSteps; ++s) {
+      for (int n = 0; n < 16; ++n) {
+        if (atom::b_offset<K>(logical_k<K>(b, s), n) != unit_offset<K>(b, n) + step_offset<K>(s)) return false;
+      }
+    }
+  }
+  return true;
+}
+static_assert(unit_steps_linear<atom::Fp8>() && unit_steps_linear<atom::Bf16>(), "B is not linear in a unit's steps");
+
 // The query tile as wgmma B in both operand kinds (convert:: k order), its folded weights, its
 // rows' windows. Returns whether every head of the tile fits the fp8 path. Rows past the tile
 // are zeros and write nothing.
@@ -280,19 +311,18 @@ __device__ bool load_tile(const KernelArgs& a, Shared<T>& sh, const CtaRecord& r
       if (b == 0) sh.w[i][h] = a.weight_scale * records::weight_of_bits(cur.weight, a.weights_bf16) * convert::row_factor(m, 0);
       fp8 = fp8 && (convert::fp8_exact(d) || convert::zero_block(cur.words));
       const uint32_t mult = convert::bf16_multiplier(d);
+      uint8_t* q16 = sh.q16 + unit_offset<atom::Bf16>(b, n);
 #pragma unroll
       for (int R = 0; R < kScaleBlock / 2; ++R) {
-        *reinterpret_cast<uint32_t*>(sh.q16 + atom::b_offset<atom::Bf16>(convert::bf16_logical_k(b, R, 0), n)) =
-            convert::bf16_pair(R, cur.words, mult);
+        *reinterpret_cast<uint32_t*>(q16 + step_offset<atom::Bf16>(R)) = convert::bf16_pair(R, cur.words, mult);
       }
       const uint2 table = convert::fp8_table(d);
+      uint8_t* q8 = sh.q8 + unit_offset<atom::Fp8>(b, n);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const uint32_t w = convert::word(cur.words, j);
-        *reinterpret_cast<uint32_t*>(sh.q8 + atom::b_offset<atom::Fp8>(convert::fp8_logical_k(b, j, 0, 0), n)) =
-            convert::fp8_quad<0>(w, table);
-        *reinterpret_cast<uint32_t*>(sh.q8 + atom::b_offset<atom::Fp8>(convert::fp8_logical_k(b, j, 1, 0), n)) =
-            convert::fp8_quad<1>(w, table);
+        *reinterpret_cast<uint32_t*>(q8 + step_offset<atom::Fp8>(2 * j)) = convert::fp8_quad<0>(w, table);
+        *reinterpret_cast<uint32_t*>(q8 + step_offset<atom::Fp8>(2 * j + 1)) = convert::fp8_quad<1>(w, table);
       }
     }
   }

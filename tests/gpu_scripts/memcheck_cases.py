@@ -3,8 +3,9 @@
     compute-sanitizer --tool memcheck python tests/gpu_scripts/memcheck_cases.py
 
 Legitimate cases (checked against the fp32 reference; a mismatch is a FAIL and exit status 1):
-the corner cases of test_op.py, and a raw launch of a schedule planned for more rows than the
-q/out tensors hold (num_rows smaller than the plan: the kernel drops the records past it).
+the corner cases of test_op.py, the exact path's scenes on one CTA, and a raw launch of a
+schedule planned for more rows than the q/out tensors hold (num_rows smaller than the plan: the
+kernel drops the records past it).
 Hostile cases (memcheck's verdict is what matters; they must still leave every cell outside the
 rows' windows untouched, SPEC §3, else FAIL): a schedule built by another variant, and forged
 records (random int32, huge and negative) with random CTA ranges. Without a GPU arch of the
@@ -94,6 +95,19 @@ def corner_cases(v) -> None:
         checked(f"{v.arch}/{v.name} corner case {name}", run)
 
 
+def exact_path_one_cta(v) -> None:
+    """test_op.far_apart_case on one CTA: its workers all take exact-path pages of the same tiles."""
+    from test_op import far_apart_case
+
+    for side in ("kv", "q"):
+        case = far_apart_case(v, side)
+
+        def run():
+            assert_matches(run_op(case, v, num_ctas=1), reference(case), v)
+
+        checked(f"{v.arch}/{v.name} exact path ({side} side) on one CTA", run)
+
+
 def row_guard(v) -> None:
     """A schedule planned for 14 rows launched against 10-row q/out with num_rows 10."""
     if v.q_per_block > 1:
@@ -157,6 +171,7 @@ def main() -> int:
     print(f"memcheck cases on {torch.cuda.get_device_name()} (arch {GPU_ARCH}): {[v.name for v in GPU_VARIANTS]}")
     for v in GPU_VARIANTS:
         corner_cases(v)
+        exact_path_one_cta(v)
         row_guard(v)
         foreign_schedule(v)
         forged_records(v)
