@@ -34,6 +34,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from mxlogits.build import sanitize_enabled  # noqa: E402
 from mxlogits.manifest import manifest  # noqa: E402
+from mxlogits.plan import RECORD_INTS  # noqa: E402
 from mxlogits.synthetic import Scene, make_scene  # noqa: E402
 
 
@@ -134,6 +135,18 @@ def first_rows(case: Scene, n: int) -> Scene:
         local_starts=case.local_starts[:n],
         row_to_batch=case.row_to_batch[:n],
     )
+
+
+def cta_ranges_of(spans, records: torch.Tensor) -> torch.Tensor:
+    """cta_ranges (int32 [len(spans), RANGE_INTS]) of hand-written (begin, end) spans over `records`
+    (int32 [n, RECORD_INTS]): each row carries a copy of record begin, as the builder writes it,
+    zeros when the span is empty or begin is outside records."""
+    rows = []
+    for begin, end in spans:
+        inside = begin < end and 0 <= begin < records.shape[0]
+        first = records[begin].tolist() if inside else [0] * RECORD_INTS
+        rows.append([begin, end, *first])
+    return torch.tensor(rows, dtype=torch.int32, device=records.device)
 
 
 def make_plan(case: Scene, variant, *, num_ctas=None, row_to_batch=True, starts=True) -> mx.MqaLogitsPlan:

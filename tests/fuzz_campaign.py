@@ -321,7 +321,12 @@ def forged_case(case: int, rng: random.Random, variant, pools: Pools, tally: Tal
         ]
         for _ in range(rng.randint(1, 48))
     ]
-    ranges = [[field(rng.randint(-2, len(records))), field(rng.randint(0, len(records) + 2))] for _ in range(8)]
+    spans = [(field(rng.randint(-2, len(records))), field(rng.randint(0, len(records) + 2))) for _ in range(8)]
+    # Each range's first-record copy: record begin's where begin names one, sometimes forged.
+    ranges = [
+        [b, e, *(records[b] if 0 <= b < len(records) and rng.random() < 0.8 else [field(0) for _ in records[0]])]
+        for b, e in spans
+    ]
     i32 = lambda v: torch.tensor(v, dtype=torch.int32, device=scene.q.device)
     buffer, out = framed_out(scene, rng)
     ops = getattr(torch.ops, load(variant.arch))

@@ -89,7 +89,7 @@ def total_weight(variant, tiles) -> int:
 def check_records(variant, num_ctas, records, ranges, num_rows, batch, cu, starts, ends, rtb) -> None:
     """Assert that the schedule (records, ranges: lists of int rows) is one SPEC §4 allows for the
     spec: every in-window chunk of every tile covered exactly once by records naming the tile,
-    a fair share of the weight per CTA, empty slots empty."""
+    a fair share of the weight per CTA, empty slots empty, each range carrying its first record."""
     seq_batch = len(cu) - 1 if cu is not None else batch
     tiles = model_tiles(num_rows, seq_batch, variant.q_per_block, variant.block_k, cu, starts, ends, rtb)
     total = total_weight(variant, tiles)
@@ -97,8 +97,9 @@ def check_records(variant, num_ctas, records, ranges, num_rows, batch, cu, start
     by_row = {t[0]: t for t in tiles}
     covered = Counter()
     owned = set()
-    for c, (begin, end) in enumerate(ranges):
+    for c, (begin, end, *first) in enumerate(ranges):
         assert 0 <= begin <= end <= len(records)
+        assert first == (records[begin] if end > begin else [0] * len(first)), f"CTA {c}: first record {first}"
         load = 0
         for j in range(begin, end):
             owned.add(j)
@@ -122,7 +123,8 @@ def check_records(variant, num_ctas, records, ranges, num_rows, batch, cu, start
     for j, rec in enumerate(records):
         if j not in owned:
             assert rec[4] == 0, f"record {j} belongs to no CTA but holds chunks"
-    assert sum(1 for b, e in ranges if e > b) == min(num_ctas, total) if total else all(b == e for b, e in ranges)
+    spans = [(b, e) for b, e, *_ in ranges]
+    assert sum(1 for b, e in spans if e > b) == min(num_ctas, total) if total else all(b == e for b, e in spans)
 
 
 def host_twin(variant) -> mx.MqaLogitsVariant | None:

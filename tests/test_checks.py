@@ -15,6 +15,7 @@ import pytest
 import torch
 from conftest import (
     assert_matches,
+    cta_ranges_of,
     device_of,
     first_rows,
     make_case,
@@ -168,7 +169,7 @@ def test_kernel_drops_records_no_plan_produces(arch):
         dtype=torch.int32,
         device=device_of(arch),
     )
-    ranges = torch.tensor([[0, 4]], dtype=torch.int32, device=device_of(arch))
+    ranges = cta_ranges_of([(0, 4)], forged)
     out = torch.full((4, case.max_seq_len), NEG_INF, device=device_of(arch))
     ops_of(arch).pa_mqa_logits_mxfp4(**raw_args(case, p, v, out, cta_info=forged, cta_ranges=ranges, num_rows=4))
     assert torch.isneginf(out).all()

@@ -38,7 +38,7 @@ def test_grid_never_runs_out_of_room_to_split(variant):
         p = check_plan(variant, rows, rows, cu, [0] * rows, ends, list(range(rows)), None)
         counts = p.buffers.cta_info[:, 4]
         total = int(counts.sum()) + rows * setup_chunks(variant.block_k)
-        per_cta = [int(counts[b:e].sum()) for b, e in p.buffers.cta_ranges.tolist()]
+        per_cta = [int(counts[b:e].sum()) for b, e, *_ in p.buffers.cta_ranges.tolist()]
         assert max(per_cta) <= -(-total // p.buffers.num_ctas)
 
 

@@ -55,15 +55,20 @@ static_assert(sizeof(CtaRecord) == 28, "CtaRecord ABI");
 
 inline constexpr int kRecordInts = sizeof(CtaRecord) / sizeof(int32_t);
 
-// CTA c of the grid processes records [begin, end) of `cta_info`; stored as `cta_ranges[c]`.
+// CTA c of the grid processes records [begin, end) of `cta_info`; stored as `cta_ranges[c]`,
+// int32[kRangeInts], with a copy of record `begin` (all zeros when the range is empty): a CTA
+// that reads its range has its first record in the same round trip.
 struct CtaRange {
   int32_t begin;
   int32_t end;
+  CtaRecord first;  // cta_info[begin]
 };
 static_assert(offsetof(CtaRange, begin) == 0, "CtaRange ABI");
 static_assert(offsetof(CtaRange, end) == 4, "CtaRange ABI");
-static_assert(sizeof(CtaRange) == 8, "CtaRange ABI");
+static_assert(offsetof(CtaRange, first) == 8, "CtaRange ABI");
+static_assert(sizeof(CtaRange) == 36, "CtaRange ABI");
 
+inline constexpr int kRangeInts = sizeof(CtaRange) / sizeof(int32_t);
 
 // Arguments of the logits launch. Every field is read by every arch body.
 struct KernelArgs {
@@ -77,7 +82,7 @@ struct KernelArgs {
   const int32_t* local_starts;  // [>=num_rows], or null: every window starts at 0
   const int32_t* local_ends;  // [>=num_rows]
   const int32_t* cta_info;  // [num_records, kRecordInts]
-  const int32_t* cta_ranges;  // [num_ctas, 2]
+  const int32_t* cta_ranges;  // [num_ctas, kRangeInts]
   int64_t kv_page_stride;  // bytes
   int64_t kv_scale_page_stride;  // bytes
   int64_t out_row_stride;  // elements
@@ -129,7 +134,7 @@ struct SchedArgs {
   const int32_t* row_to_batch;  // [>=num_rows], or null
   int64_t* scratch;
   int32_t* cta_info;  // [num_records, kRecordInts]: every record written
-  int32_t* cta_ranges;  // [num_ctas, 2]: every range written
+  int32_t* cta_ranges;  // [num_ctas, kRangeInts]: every range written
   int32_t num_rows;
   int32_t batch;  // sequences; a tile whose batch falls outside is empty
   int32_t max_tiles;

@@ -129,10 +129,10 @@ class Checker {
               why, (long long)t.size(0));
   }
 
-  // The schedule of a plan: cta_ranges [num_ctas >= 1, 2] and cta_info [records, kRecordInts],
+  // The schedule of a plan: cta_ranges [num_ctas >= 1, kRangeInts] and cta_info [records, kRecordInts],
   // both int32 and indexable in int32; with `tiles`, records >= tiles + num_ctas (what the builder writes).
   void schedule(const at::Tensor& cta_info, const at::Tensor& cta_ranges, std::optional<int64_t> tiles) const {
-    table(cta_ranges, "cta_ranges", at::kInt, "int32", 2, 1, "one per CTA of the grid");
+    table(cta_ranges, "cta_ranges", at::kInt, "int32", kRangeInts, 1, "one per CTA of the grid");
     range(cta_ranges.size(0), "cta_ranges.shape[0]", 1, kInt32Max, "CTAs");
     if (tiles) {
       table(cta_info, "cta_info", at::kInt, "int32", kRecordInts, sched::num_records(*tiles, cta_ranges.size(0)),

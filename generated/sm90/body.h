@@ -131,19 +131,26 @@ __device__ inline PageRun page_run(const records::Span& span) {
 // least i >= 0 with (g + i) % n == k (page g goes to worker g % n).
 __device__ inline int32_t first_turn(uint32_t g, int k, int n) { return int32_t((uint32_t(k + n) - g % n) % n); }
 
-// Calls f(g, record, span, run) for each record of the CTA that has work, g its first page's index
-// in the CTA's page sequence.
+// Calls f(g, record, span, run) for each record of the CTA's range that has work, g its first
+// page's index in the CTA's page sequence. The first record comes with the range (no round trip
+// of its own before the first tile and page); each later one is loaded once f returns, so no
+// record stays in registers through f's page loop.
 template <class T, class F>
-__device__ void for_each_record(const KernelArgs& a, int begin, int end, F&& f) {
+__device__ void for_each_record(const KernelArgs& a, const CtaRange& range, F&& f) {
   const auto* records = reinterpret_cast<const CtaRecord*>(a.cta_info);
+  const int begin = max(range.begin, 0), end = min(range.end, a.num_records);
+  if (begin >= end) return;
+  CtaRecord r = begin == range.begin ? range.first : records[begin];
   uint32_t g = 0;
-  for (int j = begin; j < end; ++j) {
-    const CtaRecord r = records[j];
+  for (int j = begin;;) {
     const records::Span span = span_of<T>(a, r);
-    if (span.rows == 0) continue;
-    const PageRun run = page_run(span);
-    f(g, r, span, run);
-    g += uint32_t(run.count);
+    if (span.rows > 0) {
+      const PageRun run = page_run(span);
+      f(g, r, span, run);
+      g += uint32_t(run.count);
+    }
+    if (++j == end) break;
+    r = records[j];
   }
 }
 
@@ -177,11 +184,11 @@ __device__ void issue(const KernelArgs& a, Shared<T>& sh, const Slots<T>& slots,
 // Copy warp k issues pages k, k + COPIERS, ... of the CTA's sequence. Page ids come 32 at a time
 // (one coalesced load per lane, then shuffles), not one block_tables round trip per page.
 template <class T>
-__device__ void copy_pages(const KernelArgs& a, Shared<T>& sh, int begin, int end, int k) {
+__device__ void copy_pages(const KernelArgs& a, Shared<T>& sh, const CtaRange& range, int k) {
   const int lane = threadIdx.x % 32;
   const Slots<T> slots(sh);
   const bool fused = a.kv_scale == a.kv + kPageValueBytes && a.kv_scale_page_stride == a.kv_page_stride;
-  for_each_record<T>(a, begin, end, [&](uint32_t g, const CtaRecord& r, const records::Span&, const PageRun& run) {
+  for_each_record<T>(a, range, [&](uint32_t g, const CtaRecord& r, const records::Span&, const PageRun& run) {
     const int32_t* table = a.block_tables + int64_t(r.batch_id) * a.block_table_stride;
     const int32_t last = run.first + run.count - 1;
     for (int32_t p0 = run.first; p0 <= last; p0 += 32) {
@@ -220,10 +227,10 @@ __device__ void check_page(Shared<T>& sh, const Slots<T>& slots, uint32_t g, int
 
 // Check warp k reads pages k, k + CHECKERS, ... of the CTA's sequence.
 template <class T>
-__device__ void check_pages(const KernelArgs& a, Shared<T>& sh, int begin, int end, int k) {
+__device__ void check_pages(const KernelArgs& a, Shared<T>& sh, const CtaRange& range, int k) {
   const int lane = threadIdx.x % 32;
   const Slots<T> slots(sh);
-  for_each_record<T>(a, begin, end, [&](uint32_t g0, const CtaRecord&, const records::Span&, const PageRun& run) {
+  for_each_record<T>(a, range, [&](uint32_t g0, const CtaRecord&, const records::Span&, const PageRun& run) {
     for (int32_t i = first_turn(g0, k, T::CHECKERS); i < run.count; i += T::CHECKERS) {
       check_page<T>(sh, slots, g0 + uint32_t(i), lane);
     }
@@ -525,10 +532,10 @@ __device__ void consume_pages(const Shared<T>& sh, const Slots<T>& slots, bool t
 }
 
 template <class T>
-__device__ void consume(const KernelArgs& a, Shared<T>& sh, int begin, int end) {
+__device__ void consume(const KernelArgs& a, Shared<T>& sh, const CtaRange& range) {
   const int tid = threadIdx.x, wg = tid / 128;
   const Slots<T> slots(sh);
-  for_each_record<T>(a, begin, end, [&](uint32_t g, const CtaRecord& r, const records::Span& span, const PageRun& run) {
+  for_each_record<T>(a, range, [&](uint32_t g, const CtaRecord& r, const records::Span& span, const PageRun& run) {
     math_barrier(T::MATH_THREADS);  // the previous tile's queries are no longer read
     const bool fp8 = load_tile<T>(a, sh, r, span, tid);
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic writes -> wgmma reads
@@ -542,7 +549,8 @@ __global__ void __maxnreg__(T::MAX_REGISTERS) logits_kernel(const __grid_constan
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) uint8_t shared_bytes[];
   Shared<T>& sh = *reinterpret_cast<Shared<T>*>(shared_bytes);
-  const CtaRange range = reinterpret_cast<const CtaRange*>(a.cta_ranges)[blockIdx.x];  // in flight during the setup
+  // The range and the first record, in flight during the setup.
+  const CtaRange range = reinterpret_cast<const CtaRange*>(a.cta_ranges)[blockIdx.x];
   if (threadIdx.x < T::STAGES) {  // thread s sets up slot s's barriers: in parallel, not 3 * STAGES in a row
     const int s = threadIdx.x;
     mbar_init(&sh.full[s], 1);
@@ -551,17 +559,16 @@ __global__ void __maxnreg__(T::MAX_REGISTERS) logits_kernel(const __grid_constan
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
-  const int begin = max(range.begin, 0), end = min(range.end, a.num_records);
   if (threadIdx.x >= T::MATH_THREADS) {
     const int warp = (threadIdx.x - T::MATH_THREADS) / 32;
     if (warp < T::COPIERS) {
-      copy_pages<T>(a, sh, begin, end, warp);
+      copy_pages<T>(a, sh, range, warp);
     } else {
-      check_pages<T>(a, sh, begin, end, warp - T::COPIERS);
+      check_pages<T>(a, sh, range, warp - T::COPIERS);
     }
     return;
   }
-  consume<T>(a, sh, begin, end);
+  consume<T>(a, sh, range);
 #endif
 }
 
