@@ -180,14 +180,16 @@ MXL_HD inline CtaRecord record_at(const SchedArgs& a, int64_t j) {
                    int32_t(tile.start), int32_t(tile.end)};
 }
 
-template <int QPB, int BK>
-MXL_HD inline CtaRange cta_range(const SchedArgs& a, int64_t c) {
+// CTA c's range, its first record copied from the records already written (one load, not a
+// second search for the record).
+template <int QPB>
+MXL_HD inline CtaRange cta_range(const SchedArgs& a, int64_t c, const CtaRecord* records) {
   const int64_t total = tile_prefix<QPB>(a)[a.max_tiles];
   const int64_t g0 = cta_first_unit(c, total, a.num_ctas);
   const int64_t g1 = cta_first_unit(c + 1, total, a.num_ctas);
   if (g0 >= g1) return CtaRange{0, 0, CtaRecord{0, 0, 0, 0, 0, 0, 0}};
   const int64_t begin = tile_of_unit<QPB>(a, g0) + c;
-  return CtaRange{int32_t(begin), int32_t(tile_of_unit<QPB>(a, g1 - 1) + c + 1), record_at<QPB, BK>(a, begin)};
+  return CtaRange{int32_t(begin), int32_t(tile_of_unit<QPB>(a, g1 - 1) + c + 1), records[begin]};
 }
 
 // ---- host driver ----------------------------------------------------------------------------
@@ -206,7 +208,7 @@ inline void build_schedule_host(const SchedArgs& a) {
   CtaRecord* records = reinterpret_cast<CtaRecord*>(a.cta_info);
   for (int64_t j = 0; j < a.num_records; ++j) records[j] = record_at<QPB, BK>(a, j);
   CtaRange* ranges = reinterpret_cast<CtaRange*>(a.cta_ranges);
-  for (int64_t c = 0; c < a.num_ctas; ++c) ranges[c] = cta_range<QPB, BK>(a, c);
+  for (int64_t c = 0; c < a.num_ctas; ++c) ranges[c] = cta_range<QPB>(a, c, records);
 }
 
 }  // namespace mxlogits::sched

@@ -65,8 +65,9 @@ __device__ inline void build_schedule_block(const SchedArgs& global, int64_t* st
   block_inclusive_scan(prefix + 1, a.max_tiles, partial, [&](int64_t t) { return tile_weight<BK>(tile_at<QPB, BK>(a, t)); });
   CtaRecord* records = reinterpret_cast<CtaRecord*>(a.cta_info);
   for (int64_t j = tid; j < a.num_records; j += kSchedThreads) records[j] = record_at<QPB, BK>(a, j);
+  __syncthreads();  // each range copies its first record, which another thread may have written
   CtaRange* ranges = reinterpret_cast<CtaRange*>(a.cta_ranges);
-  for (int64_t c = tid; c < a.num_ctas; c += kSchedThreads) ranges[c] = cta_range<QPB, BK>(a, c);
+  for (int64_t c = tid; c < a.num_ctas; c += kSchedThreads) ranges[c] = cta_range<QPB>(a, c, records);
   for (int64_t i = tid; i < staged_len; i += kSchedThreads) global.scratch[i] = staged[i];  // the plan's copy
 }
 
