@@ -187,7 +187,7 @@ MXL_HD inline CtaRange cta_range(const SchedArgs& a, int64_t c, const CtaRecord*
   const int64_t total = tile_prefix<QPB>(a)[a.max_tiles];
   const int64_t g0 = cta_first_unit(c, total, a.num_ctas);
   const int64_t g1 = cta_first_unit(c + 1, total, a.num_ctas);
-  if (g0 >= g1) return CtaRange{0, 0, CtaRecord{0, 0, 0, 0, 0, 0, 0}};
+  if (g0 >= g1) return CtaRange{};  // all zeros
   const int64_t begin = tile_of_unit<QPB>(a, g0) + c;
   return CtaRange{int32_t(begin), int32_t(tile_of_unit<QPB>(a, g1 - 1) + c + 1), records[begin]};
 }

@@ -13,8 +13,8 @@
 //
 // The contraction over D may visit elements in any order shared by Q and K, so each thread of a
 // quad converts one 32-element scale block (quad lane q = block q) of a token: 16 packed bytes, 4
-// words. element_of says which element of the block's D a register byte/half holds; logical_k
-// where it sits in the wgmma's k order. The query tile in shared memory is written in that order.
+// words. logical_k says where the element a register byte/half holds sits in the wgmma's k order.
+// The query tile in shared memory is written in that order.
 #pragma once
 
 #include <cstdint>
@@ -69,8 +69,7 @@ __device__ inline uint32_t byte_of(uint32_t w, int q) { return prmt(w, 0u, 0x444
 
 // ---- Fp8 --------------------------------------------------------------------------------------
 
-// Element of the block (quad lane q) that byte i of half h of word j holds, and its k position.
-MXL_HD constexpr int fp8_element_of(int q, int j, int h, int i) { return 32 * q + 8 * j + 4 * h + i; }
+// Byte i of half h of word j holds element 8 * j + 4 * h + i of block q; its k position:
 MXL_HD constexpr int fp8_logical_k(int q, int j, int h, int i) { return 32 * j + 16 * h + 4 * q + i; }
 
 // The e4m3 codes of the 8 magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6} * 2^(6 - d) for a block of spread
@@ -96,9 +95,9 @@ __device__ inline uint32_t fp8_quad(uint32_t word, const uint2& table) {
 
 // ---- Bf16 -------------------------------------------------------------------------------------
 
-// Register R in [0, 16) of a block pairs nibbles R % 4 and R % 4 + 4 of word R / 4: the element
-// of half e, and its k position (k-step R / 2, A register pair R % 2, quad lane q).
-MXL_HD constexpr int bf16_element_of(int q, int R, int e) { return 32 * q + 8 * (R / 4) + R % 4 + 4 * e; }
+// Register R in [0, 16) of a block pairs nibbles R % 4 and R % 4 + 4 of word R / 4: half e holds
+// element 8 * (R / 4) + R % 4 + 4 * e of block q; its k position (k-step R / 2, A register pair
+// R % 2, quad lane q):
 MXL_HD constexpr int bf16_logical_k(int q, int R, int e) { return 16 * (R / 2) + 8 * (R % 2) + 2 * q + e; }
 
 // bf16x2 of 2^(126 - d): the multiplier that turns a placed nibble into E2M1 * 2^-d for a block of

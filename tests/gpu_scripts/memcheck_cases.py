@@ -153,14 +153,14 @@ def forged_records(v, trials: int = 6) -> None:
         n_rec, n_cta = int(rand(1, 400, ())), int(rand(1, 300, ()))
         near = [(-2, case.total_q + 2), (-1, 6), (-2, case.batch + 2), (-3, 40), (-2, 40), (-100, 2000), (-100, 2000)]
         plausible = torch.stack([rand(lo, hi, (n_rec,)) for lo, hi in near], dim=1)  # some records do work
-        info = torch.where(rand(0, 2, (n_rec, 1)).bool(), rand(*INT32, (n_rec, RECORD_INTS)), plausible).to(DEVICE)
+        info = torch.where(rand(0, 2, (n_rec, 1)).bool(), rand(*INT32, (n_rec, RECORD_INTS)), plausible)
         wild_ranges = rand(0, 4, (n_cta, 1)) == 0
         spans = torch.where(wild_ranges, rand(*INT32, (n_cta, 2)), rand(-5, n_rec + 5, (n_cta, 2)))
         # The first-record copy: record begin's where begin names one, else forged too.
         named = (spans[:, :1] >= 0) & (spans[:, :1] < n_rec)
-        copied = info.cpu()[spans[:, 0].clamp(0, n_rec - 1).long()]
+        copied = info[spans[:, 0].clamp(0, n_rec - 1).long()]
         first = torch.where(named & ~wild_ranges, copied, rand(*INT32, (n_cta, RECORD_INTS)))
-        ranges = torch.cat([spans, first], dim=1).to(DEVICE)
+        info, ranges = info.to(DEVICE), torch.cat([spans, first], dim=1).to(DEVICE)
         out = neg_inf(case)
 
         def run():
