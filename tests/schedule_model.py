@@ -74,16 +74,16 @@ def build_plan(variant, device, num_rows, batch, cu, starts, ends, rtb, num_ctas
     )
 
 
-SETUP_TOKENS = 512  # README "Schedule": a tile's setup weighs as much as 512 tokens of its window
-
-
-def setup_chunks(block_k: int) -> int:
-    return -(-SETUP_TOKENS // block_k)
+def setup_chunks(variant) -> int:
+    """README "Schedule": a tile's setup weighs as much as 512 tokens of its window at q_per_block 1,
+    384 with more rows per tile."""
+    tokens = 512 if variant.q_per_block == 1 else 384
+    return -(-tokens // variant.block_k)
 
 
 def total_weight(variant, tiles) -> int:
     """Units the split divides: every non-empty tile's chunks plus its setup."""
-    return sum(t[6] + setup_chunks(variant.block_k) for t in tiles)
+    return sum(t[6] + setup_chunks(variant) for t in tiles)
 
 
 def check_records(variant, num_ctas, records, ranges, num_rows, batch, cu, starts, ends, rtb) -> None:
@@ -113,10 +113,10 @@ def check_records(variant, num_ctas, records, ranges, num_rows, batch, cu, start
             assert row0 + rows <= num_rows  # the row guard never has to fire on a real plan
             covered.update((row0, k) for k in range(chunk0, chunk0 + count))
             # A record starting at its tile's first chunk carries the tile's setup units too.
-            load += count + (setup_chunks(variant.block_k) if chunk0 == tile[5] else 0)
+            load += count + (setup_chunks(variant) if chunk0 == tile[5] else 0)
         # A fair share for every CTA, however long one window is (a setup may sit in the share
         # of the CTA before the one taking the tile's first chunk).
-        assert load <= -(-total // num_ctas) + setup_chunks(variant.block_k) + 1
+        assert load <= -(-total // num_ctas) + setup_chunks(variant) + 1
     want = Counter((t[0], k) for t in tiles for k in range(t[5], t[5] + t[6]))
     assert covered == want
     # Slots with nothing to do are empty.

@@ -59,7 +59,7 @@ def test_long_window_splits_over_many_ctas(variant):
     p = make_plan(case, variant, num_ctas=64)
     info = p.buffers.cta_info
     counts = info[:, 4]
-    chunks, setup = -(-20000 // variant.block_k), setup_chunks(variant.block_k)
+    chunks, setup = -(-20000 // variant.block_k), setup_chunks(variant)
     assert int((counts > 0).sum()) >= min(64, chunks) - setup
     assert int(counts.max()) <= -(-(chunks + setup) // 64)
     assert_matches(run_op(case, variant, plan=p), reference(case), variant)

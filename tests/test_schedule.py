@@ -37,7 +37,7 @@ def test_grid_never_runs_out_of_room_to_split(variant):
         cu = list(range(0, rows + 1, 1)) if variant.q_per_block > 1 else None
         p = check_plan(variant, rows, rows, cu, [0] * rows, ends, list(range(rows)), None)
         counts = p.buffers.cta_info[:, 4]
-        total = int(counts.sum()) + rows * setup_chunks(variant.block_k)
+        total = int(counts.sum()) + rows * setup_chunks(variant)
         per_cta = [int(counts[b:e].sum()) for b, e, *_ in p.buffers.cta_ranges.tolist()]
         assert max(per_cta) <= -(-total // p.buffers.num_ctas)
 

@@ -126,17 +126,20 @@ MXL_HD inline Tile tile_at(const SchedArgs& a, int64_t t) {
 
 // ---- split over the grid --------------------------------------------------------------------
 
-// A tile's setup weighs as much as kSetupTokens tokens of its window: on the H200 a tile start
-// cost about 9 chunks of 64 tokens (prefill at q_per_block 4: 5.1 µs against 0.57 µs per chunk;
-// decode at 1: about 2.5 against 0.28), and unweighted, the first CTAs of a causal prefill took
-// hundreds of short tiles each.
-inline constexpr int64_t kSetupTokens = 512;
-template <int BK>
-inline constexpr int64_t kSetupChunks = (kSetupTokens + BK - 1) / BK;
+// A tile's setup weighs as much as kSetupTokens<QPB> tokens of its window; unweighted, the first
+// CTAs of a causal prefill took hundreds of short tiles each. Swept on the H200 (bench/RESULTS.md):
+// at q_per_block 1 a tile start weighs about 8 chunks of 64 tokens (decode (128 seqs, 16 long)
+// 22.2 µs at 512 tokens, 24.2 at 384, no gain at 640 or 768); with more rows per tile a chunk
+// costs more and the start relatively less, about 6 (at 384 against 512: prefill causal bs 8
+// 524 -> 500 µs, bs 4 1,015 -> 984, fresh 4 x 4,096 709 -> 692; 448 and 320 both slower).
+template <int QPB>
+inline constexpr int64_t kSetupTokens = QPB == 1 ? 512 : 384;
+template <int QPB, int BK>
+inline constexpr int64_t kSetupChunks = (kSetupTokens<QPB> + BK - 1) / BK;
 
-template <int BK>
+template <int QPB, int BK>
 MXL_HD inline int64_t tile_weight(const Tile& tile) {
-  return tile.chunks > 0 ? tile.chunks + kSetupChunks<BK> : 0;
+  return tile.chunks > 0 ? tile.chunks + kSetupChunks<QPB, BK> : 0;
 }
 
 // floor(c * total / n) without forming c * total.
@@ -170,7 +173,7 @@ MXL_HD inline CtaRecord record_at(const SchedArgs& a, int64_t j) {
   if (t >= a.max_tiles || prefix[t + 1] == prefix[t]) return none;
   const int64_t g0 = cta_first_unit(c, total, a.num_ctas);
   const int64_t g1 = cta_first_unit(c + 1, total, a.num_ctas);
-  const int64_t chunk0 = prefix[t] + kSetupChunks<BK>;  // the tile's chunks follow its setup units
+  const int64_t chunk0 = prefix[t] + kSetupChunks<QPB, BK>;  // the tile's chunks follow its setup units
   const int64_t from = chunk0 > g0 ? chunk0 : g0;
   const int64_t to = prefix[t + 1] < g1 ? prefix[t + 1] : g1;
   if (to <= from) return none;
@@ -204,7 +207,7 @@ inline void build_schedule_host(const SchedArgs& a) {
   }
   int64_t* prefix = tile_prefix<QPB>(a);
   prefix[0] = 0;
-  for (int64_t t = 0; t < a.max_tiles; ++t) prefix[t + 1] = prefix[t] + tile_weight<BK>(tile_at<QPB, BK>(a, t));
+  for (int64_t t = 0; t < a.max_tiles; ++t) prefix[t + 1] = prefix[t] + tile_weight<QPB, BK>(tile_at<QPB, BK>(a, t));
   CtaRecord* records = reinterpret_cast<CtaRecord*>(a.cta_info);
   for (int64_t j = 0; j < a.num_records; ++j) records[j] = record_at<QPB, BK>(a, j);
   CtaRange* ranges = reinterpret_cast<CtaRange*>(a.cta_ranges);
