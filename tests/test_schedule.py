@@ -28,6 +28,25 @@ def test_random_plans(variant):
         check_plan(variant, *random_plan(rng, variant))
 
 
+def test_setup_weight_places_the_split(variant):
+    """The split divides exactly the units README "Schedule" names: a tile of one chunk, then one
+    of 40, over 5 CTAs; each CTA's chunks of the long tile are its units past both tiles' setups
+    (the weight differs by q_per_block, so a builder with the wrong one moves every cut)."""
+    q, bk, setup, n = variant.q_per_block, variant.block_k, setup_chunks(variant), 5
+    long_chunks = 40
+    rows = 2 * q
+    ends = [bk] * q + [long_chunks * bk] * q
+    cu = [0, q, 2 * q] if q > 1 else None
+    p = check_plan(variant, rows, 2, cu, [0] * rows, ends, None, n)
+    total = (1 + setup) + (long_chunks + setup)
+    first = [c * (total // n) + c * (total % n) // n for c in range(n + 1)]
+    records = p.buffers.cta_info.tolist()
+    for c, (begin, end, *_) in enumerate(p.buffers.cta_ranges.tolist()):
+        got = sum(r[4] for r in records[begin:end] if r[0] == q)
+        want = max(0, first[c + 1] - max(first[c], 1 + 2 * setup))
+        assert got == want, f"CTA {c}: {got} chunks of the long tile, the units say {want}"
+
+
 def test_grid_never_runs_out_of_room_to_split(variant):
     """Upstream's grid cliff: rows == cta_resident (or 2 r - 1) with 16 long windows left no
     spare slot. Here the long windows are cut over the whole grid at any row count."""
