@@ -13,8 +13,6 @@ from .manifest import MqaLogitsVariant, manifest, resolve_variant, variants
 from .validate import CheckedWindows, check_plan, validate_enabled
 
 INT32_MAX = 2**31 - 1
-RECORD_INTS = 7  # abi.h kRecordInts: a row of cta_info (the launcher checks the shape)
-RANGE_INTS = 2 + RECORD_INTS  # abi.h kRangeInts: a row of cta_ranges, begin, end and a copy of record begin
 
 
 class PlanCount:
@@ -38,8 +36,8 @@ class MqaLogitsBuffers:
     total_q: int  # most rows a plan into these buffers may cover
     batch: int  # most sequences
     num_ctas: int  # grid of the logits launch
-    cta_info: torch.Tensor  # int32 [max_tiles + num_ctas, RECORD_INTS]: schedule records
-    cta_ranges: torch.Tensor  # int32 [num_ctas, RANGE_INTS]: records of each CTA, and its first one
+    cta_info: torch.Tensor  # int32 [max_tiles + num_ctas, abi.h kRecordInts]: schedule records
+    cta_ranges: torch.Tensor  # int32 [num_ctas, abi.h kRangeInts]: records of each CTA, and a copy of its first
     scratch: torch.Tensor  # int64: the builder's tile cut and weight prefix
     plans: PlanCount = field(default_factory=PlanCount, repr=False)  # shared by copies: same storage
 
@@ -110,13 +108,14 @@ def plan_buffers(
         count_arg(num_ctas, "num_ctas", 1)
     dev = normalize_device(device)
     v = resolve_variant(variant, arch_of(dev))
-    ctas, records, scratch_len, _ = ops(v.arch).schedule_sizes(total_q, batch, v.q_per_block, v.block_k, num_ctas or 0)
+    sizes = ops(v.arch).schedule_sizes(total_q, batch, v.q_per_block, v.block_k, num_ctas or 0)
+    ctas, records, scratch_len, _, record_ints, range_ints = sizes  # the row widths: the module's ABI
     try:
-        cta_info = torch.zeros((records, RECORD_INTS), dtype=torch.int32, device=dev)
-        cta_ranges = torch.zeros((ctas, RANGE_INTS), dtype=torch.int32, device=dev)
+        cta_info = torch.zeros((records, record_ints), dtype=torch.int32, device=dev)
+        cta_ranges = torch.zeros((ctas, range_ints), dtype=torch.int32, device=dev)
         scratch = torch.zeros((scratch_len,), dtype=torch.int64, device=dev)
     except RuntimeError as e:  # torch.OutOfMemoryError is one
-        size = (records * RECORD_INTS + ctas * RANGE_INTS) * 4 + scratch_len * 8
+        size = (records * record_ints + ctas * range_ints) * 4 + scratch_len * 8
         raise RuntimeError(
             f"mxlogits: plan_buffers: the schedule of total_q={total_q}, batch={batch} with {ctas} CTAs needs "
             f"{size} bytes on {dev} ({records} records), which could not be allocated: {e}"

@@ -34,7 +34,6 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from mxlogits.build import sanitize_enabled  # noqa: E402
 from mxlogits.manifest import manifest  # noqa: E402
-from mxlogits.plan import RECORD_INTS  # noqa: E402
 from mxlogits.synthetic import Scene, make_scene  # noqa: E402
 
 
@@ -138,13 +137,13 @@ def first_rows(case: Scene, n: int) -> Scene:
 
 
 def cta_ranges_of(spans, records: torch.Tensor) -> torch.Tensor:
-    """cta_ranges (int32 [len(spans), RANGE_INTS]) of hand-written (begin, end) spans over `records`
-    (int32 [n, RECORD_INTS]): each row carries a copy of record begin, as the builder writes it,
+    """cta_ranges (int32 [len(spans), 2 + record width]) of hand-written (begin, end) spans over
+    `records` (a plan's cta_info rows): each row carries a copy of record begin, as the builder writes it,
     zeros when the span is empty or begin is outside records."""
     rows = []
     for begin, end in spans:
         inside = begin < end and 0 <= begin < records.shape[0]
-        first = records[begin].tolist() if inside else [0] * RECORD_INTS
+        first = records[begin].tolist() if inside else [0] * records.shape[1]
         rows.append([begin, end, *first])
     return torch.tensor(rows, dtype=torch.int32, device=records.device)
 

@@ -9,7 +9,9 @@
 
 namespace mxlogits::gfx950 {
 
-// [num_ctas, num_records, scratch_len, max_tiles] of a plan; num_ctas 0: the instance's cta_resident.
+// [num_ctas, num_records, scratch_len, max_tiles, kRecordInts, kRangeInts] of a plan: its buffers are
+// cta_info [num_records, kRecordInts], cta_ranges [num_ctas, kRangeInts] and scratch [scratch_len];
+// num_ctas 0: the instance's cta_resident.
 std::vector<int64_t> schedule_sizes(int64_t num_rows, int64_t batch, int64_t q_per_block, int64_t block_k,
                                     int64_t num_ctas);
 

@@ -397,7 +397,7 @@ std::vector<int64_t> schedule_sizes(int64_t num_rows, int64_t batch, int64_t q_p
     const int64_t tiles = sched::max_tiles(num_rows, batch, T::Q_PER_BLOCK);
     const int64_t records = sched::num_records(tiles, ctas);
     c.range(records, "max_tiles + num_ctas", 0, kInt32Max, "records");
-    sizes = {ctas, records, sched::scratch_len(num_rows, batch, T::Q_PER_BLOCK), tiles};
+    sizes = {ctas, records, sched::scratch_len(num_rows, batch, T::Q_PER_BLOCK), tiles, kRecordInts, kRangeInts};
   });
   return sizes;
 }

@@ -20,7 +20,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/
 
 import torch  # noqa: E402
-from mxlogits.plan import RECORD_INTS  # noqa: E402
 from conftest import (  # noqa: E402
     GPU_ARCH,
     GPU_VARIANTS,
@@ -149,17 +148,18 @@ def forged_records(v, trials: int = 6) -> None:
     case = make_case([1800, 300, 90], rows, v)
     g = torch.Generator().manual_seed(1234)
     rand = lambda lo, hi, shape: torch.randint(lo, hi, shape, generator=g, dtype=torch.int64).to(torch.int32)
+    # Each field of a record (abi.h CtaRecord) near its meaningful values: some records do work.
+    near = [(-2, case.total_q + 2), (-1, 6), (-2, case.batch + 2), (-3, 40), (-2, 40), (-100, 2000), (-100, 2000)]
     for t in range(trials):
         n_rec, n_cta = int(rand(1, 400, ())), int(rand(1, 300, ()))
-        near = [(-2, case.total_q + 2), (-1, 6), (-2, case.batch + 2), (-3, 40), (-2, 40), (-100, 2000), (-100, 2000)]
-        plausible = torch.stack([rand(lo, hi, (n_rec,)) for lo, hi in near], dim=1)  # some records do work
-        info = torch.where(rand(0, 2, (n_rec, 1)).bool(), rand(*INT32, (n_rec, RECORD_INTS)), plausible)
+        plausible = torch.stack([rand(lo, hi, (n_rec,)) for lo, hi in near], dim=1)
+        info = torch.where(rand(0, 2, (n_rec, 1)).bool(), rand(*INT32, (n_rec, len(near))), plausible)
         wild_ranges = rand(0, 4, (n_cta, 1)) == 0
         spans = torch.where(wild_ranges, rand(*INT32, (n_cta, 2)), rand(-5, n_rec + 5, (n_cta, 2)))
         # The first-record copy: record begin's where begin names one, else forged too.
         named = (spans[:, :1] >= 0) & (spans[:, :1] < n_rec)
         copied = info[spans[:, 0].clamp(0, n_rec - 1).long()]
-        first = torch.where(named & ~wild_ranges, copied, rand(*INT32, (n_cta, RECORD_INTS)))
+        first = torch.where(named & ~wild_ranges, copied, rand(*INT32, (n_cta, len(near))))
         info, ranges = info.to(DEVICE), torch.cat([spans, first], dim=1).to(DEVICE)
         out = neg_inf(case)
 
