@@ -220,6 +220,41 @@ def test_argument_errors_name_argument_expected_and_found(arch):
     assert torch.isneginf(out).all()
 
 
+def misaligned(t: torch.Tensor, offset: int) -> torch.Tensor:
+    """A copy of t (same shape and dtype, contiguous) whose data starts `offset` bytes past a
+    64-byte boundary."""
+    n = t.numel() * t.element_size()
+    raw = torch.empty(n + 128, dtype=torch.uint8, device=t.device)
+    start = (-raw.data_ptr()) % 64 + offset
+    moved = raw[start : start + n].view(t.dtype).view(t.shape)
+    moved.copy_(t)
+    assert moved.data_ptr() % 64 == offset
+    return moved
+
+
+@pytest.mark.parametrize("name", ["q", "q_scale"])
+def test_queries_at_any_address_run_or_are_refused(arch, name):
+    """q and q_scale one byte past an aligned address: an arch that reads them with wide loads
+    refuses the tensor by name before the launch (out untouched), never a misaligned access;
+    an arch that reads them at any address computes the same logits (the cpu arch always)."""
+    v = mx.default_variant(arch)
+    case = decode_case(3, v)
+    p = make_plan(case, v)
+    moved = dataclasses.replace(case, **{name: misaligned(getattr(case, name), 1)})
+    out = torch.full((3, case.max_seq_len), NEG_INF, device=device_of(arch))
+    try:
+        run_op(moved, v, plan=p, out=out)
+    except RuntimeError as e:
+        assert arch != "cpu", e
+        assert re.match(
+            rf"^mxlogits\[{arch}\] .*{name}: expected a data pointer that is a multiple of \d+ bytes, found address % \d+ = 1",
+            str(e),
+        ), e
+        assert torch.isneginf(out).all()
+        return
+    assert_matches(out, reference(case), v)
+
+
 def test_out_and_block_tables_bounds(arch):
     v = max(mx.variants(arch), key=lambda v: v.block_k)  # the widest chunk: block_tables padding matters most
     case = decode_case(3, v)

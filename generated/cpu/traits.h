@@ -11,6 +11,7 @@ struct Traits : Instance, Tunables {
   static constexpr int TOKEN_GROUP = 8;  // tokens that share each loaded Q vector
   static constexpr int64_t SCRATCH_BUDGET = 1048576;  // bytes per worker
   static constexpr int KV_ALIGN = 1;  // bytes: kv_cache/kv_scale pages may start anywhere
+  static constexpr int Q_ALIGN = 1, Q_SCALE_ALIGN = 1;  // q and q_scale are read byte by byte
 };
 
 }  // namespace mxlogits::cpu

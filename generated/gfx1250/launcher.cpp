@@ -117,6 +117,22 @@ class Checker {
               (long long)stride, (long long)t.stride(0));
   }
 
+  // t's data pointer (and with `page_stride`, its row stride in bytes) a multiple of `align` bytes.
+  void aligned(const at::Tensor& t, const char* name, int align, bool page_stride) const {
+    if (align <= 1) return;
+    const auto address = reinterpret_cast<uintptr_t>(t.const_data_ptr());
+    const int64_t stride = t.stride(0) * t.element_size();
+    if (page_stride) {
+      ARG_CHECK(*this, address % align == 0 && stride % align == 0, name,
+                "expected a data pointer and a page stride that are multiples of %d bytes, found address %% %d = %d "
+                "and page stride %lld bytes", align, align, int(address % align), (long long)stride);
+    } else {
+      ARG_CHECK(*this, address % align == 0, name,
+                "expected a data pointer that is a multiple of %d bytes, found address %% %d = %d", align, align,
+                int(address % align));
+    }
+  }
+
   void rows(const at::Tensor& t, const char* name, int64_t need, const char* why) const {
     ARG_CHECK(*this, t.dim() >= 1 && t.size(0) >= need, name, "expected at least %lld rows (%s), found shape %s",
               (long long)need, why, shape_of(t.sizes()).s);
@@ -231,16 +247,11 @@ void check_shapes(const LogitsInputs& in) {
             "page of its last chunk), found %lld", (long long)width, (long long)in.max_seq_len, T::BLOCK_K,
             (long long)bt.size(1));
   c.range(bt.size(0), "block_tables.shape[0]", 0, kInt32Max, "sequences");
-  if constexpr (T::KV_ALIGN > 1) {  // pages arrive by bulk copies, which need aligned addresses and strides
-    for (const at::Tensor* t : {&in.kv_cache, &in.kv_scale}) {
-      const char* name = t == &in.kv_cache ? "kv_cache" : "kv_scale";
-      const int64_t stride = t->stride(0) * t->element_size();
-      const auto address = reinterpret_cast<uintptr_t>(t->const_data_ptr());
-      ARG_CHECK(c, address % T::KV_ALIGN == 0 && stride % T::KV_ALIGN == 0, name,
-                "expected a data pointer and a page stride that are multiples of %d bytes, found address %% %d = %d "
-                "and page stride %lld bytes", T::KV_ALIGN, T::KV_ALIGN, int(address % T::KV_ALIGN), (long long)stride);
-    }
-  }
+  // The body's wide loads and bulk copies need aligned addresses (and page strides).
+  c.aligned(in.kv_cache, "kv_cache", T::KV_ALIGN, true);
+  c.aligned(in.kv_scale, "kv_scale", T::KV_ALIGN, true);
+  c.aligned(in.q, "q", T::Q_ALIGN, false);
+  c.aligned(in.q_scale, "q_scale", T::Q_SCALE_ALIGN, false);
   c.range(bt.stride(0), "block_tables.stride(0)", 0, kInt32Max, "elements");
 
   c.vector(in.local_ends, "local_ends", in.num_rows, "one per row of the plan");
