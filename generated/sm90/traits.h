@@ -27,6 +27,7 @@ struct Traits : Instance, Tunables {
   static constexpr int N = Instance::Q_PER_BLOCK * kHeads;  // every head of every row of the tile
   static constexpr int N_PASS = N < Tunables::pass_columns ? N : Tunables::pass_columns;  // wgmma N of one pass
   static constexpr int KV_ALIGN = 16;  // bulk copies need 16-byte aligned pages and strides
+  static constexpr int Q_ALIGN = 16, Q_SCALE_ALIGN = 4;  // a query block is one 16-byte load, a head's scales one word
   static constexpr int64_t SMEM_BUDGET = 232448;
   static_assert(N % N_PASS == 0 && N_PASS % kHeads == 0, "passes of whole query rows");
   static_assert(kHeadDim == 128 && kPageSize == 64, "the sm90 body is written for D = 128 and 64-token pages");
