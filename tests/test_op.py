@@ -211,8 +211,8 @@ def far_apart_case(variant, side: str) -> Scene:
 @pytest.mark.parametrize("num_ctas", [None, 1])
 @pytest.mark.parametrize("side", ["kv", "q"])
 def test_scale_blocks_far_apart(variant, side, num_ctas):
-    """far_apart_case. On one CTA, every worker of it meets such pages of the same tiles (sm90: its
-    math warpgroups ask for the exact path's queries at once)."""
+    """far_apart_case. On one CTA, every worker of it meets such pages of the same tiles (sm90: each
+    math warpgroup switches between the fp8 and the exact path from one page to the next)."""
     case = far_apart_case(variant, side)
     assert_matches(run_op(case, variant, num_ctas=num_ctas), reference(case), variant)
 
