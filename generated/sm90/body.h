@@ -80,6 +80,12 @@ __device__ inline void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, 
                "l"(src), "r"(bytes), "r"(bar)
                : "memory");
 }
+// *p = v where `store` holds, as one predicated global store: no branch around it, so the row's
+// pointer (in shared memory) is read and the address formed before the head sums are done.
+__device__ inline void store_if(float* p, float v, bool store) {
+  asm volatile("{\n.reg .pred s;\nsetp.ne.u32 s, %2, 0;\n@s st.global.f32 [%0], %1;\n}\n" ::"l"(__cvta_generic_to_global(p)),
+               "f"(v), "r"(uint32_t(store)));
+}
 __device__ inline void math_barrier(int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"n"(kMathBarrier), "r"(threads) : "memory");
 }
@@ -480,7 +486,7 @@ __device__ inline void reduce_store(const Shared<T>& sh, const float (&d)[kRows 
     for (int u = 1; u < 4 && v0 + u < 2 * kRows; ++u) value = q == u ? sums[(v0 + u) / 2][u % 2] : value;
     const TileRow& row = sh.rows[first_row + v / 2];
     const int32_t token = token0 + r0 + 8 * (v % 2);
-    if (token >= row.from && token < row.to) row.out[token] = value;
+    store_if(row.out + token, value, token >= row.from && token < row.to);
   }
 }
 
