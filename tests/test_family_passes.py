@@ -1,9 +1,11 @@
 """The family guard keeps a body's device code on its own compilation pass only, so one TU builds for
 several targets (a fat binary) and the launch functions exist on the host pass: the real sm90 instance
-compiles with an sm_80, a plain sm_90 (no wgmma there) and its own sm_90a pass in one nvcc command."""
+compiles with an sm_80, a plain sm_90 (no wgmma there) and its own sm_90a pass in one nvcc command. The
+GPU arches' host TUs (launcher, bindings), which only the GPU machine builds, are syntax-checked here."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -76,3 +78,67 @@ def test_stub_hip_arch_compiles_on_its_device_pass_and_the_host_pass(tmp_path, s
         assert run.returncode == 0, run.stderr[-3000:]
         # The device pass holds the guarded schedule driver (its block barriers); the host pass only launches.
         assert ("s_barrier" in run.stdout) == (side == "--cuda-device-only")
+
+
+# ---- the GPU arches' host TUs ----------------------------------------------------------------
+
+CUDA_INCLUDE = next((d for d in (Path("/usr/local/cuda/include"),) if (d / "cuda_runtime_api.h").exists()), None)
+
+
+def gpu_host_tus(generated: Path) -> list[Path]:
+    """The host C++ of every GPU arch's module (launcher, bindings): compiled only where the module
+    builds, on the GPU machine."""
+    arches = json.loads((generated / "manifest.json").read_text())["arches"]
+    return [generated / src for arch in arches.values() if arch["family"] != "host"
+            for src in arch["sources"] if src.endswith(".cpp")]
+
+
+def syntax_check(tus: list[Path], generated: Path, tmp_path: Path) -> dict[Path, subprocess.CompletedProcess]:
+    """g++ -fsyntax-only of each TU against the installed torch's headers and the CUDA toolkit's, all
+    at once. The CPU wheel lacks one header its CUDA build generates (c10/cuda/impl/cuda_cmake_macros.h,
+    build macros only): an empty stand-in takes its place."""
+    from torch.utils.cpp_extension import include_paths
+
+    stub = tmp_path / "stub" / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h"
+    stub.parent.mkdir(parents=True, exist_ok=True)
+    stub.write_text("#pragma once\n")
+    includes = [f"-I{generated}", "-isystem", str(tmp_path / "stub")]
+    for d in (*include_paths(), str(CUDA_INCLUDE)):
+        includes += ["-isystem", d]
+    procs = {tu: subprocess.Popen(["g++", "-fsyntax-only", "-std=c++17", *includes, str(tu)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for tu in tus}
+    runs = {}
+    for tu, p in procs.items():
+        out, err = p.communicate(timeout=600)  # reads the pipes to the end before the exit status
+        runs[tu] = subprocess.CompletedProcess(p.args, p.returncode, out, err)
+    return runs
+
+
+NEEDS_HOST_HEADERS = pytest.mark.skipif(shutil.which("g++") is None or CUDA_INCLUDE is None,
+                                        reason="needs g++ and the CUDA toolkit's headers")
+
+
+@NEEDS_HOST_HEADERS
+def test_gpu_host_tus_compile_against_torch_headers(tmp_path):
+    """Every GPU arch's launcher and bindings, syntax-checked here: a member of an arch's traits that the
+    shared launcher reads and the arch lacks, or any other host-side mismatch, fails in CI instead of on
+    the GPU machine's first build."""
+    tus = gpu_host_tus(GENERATED)
+    assert {tu.parent.name for tu in tus} >= {"sm90", "gfx950", "gfx1250"}
+    for tu, run in syntax_check(tus, GENERATED, tmp_path).items():
+        assert run.returncode == 0, f"{tu}: {run.stderr[-3000:]}"
+
+
+@NEEDS_HOST_HEADERS
+def test_a_trait_missing_from_an_arch_fails_the_host_check(tmp_path):
+    """The control: sm90's traits without Q_ALIGN and Q_SCALE_ALIGN (what a9d1256 committed) fail the
+    check above, naming them."""
+    copy = tmp_path / "generated"
+    shutil.copytree(GENERATED, copy)
+    traits = copy / "sm90" / "traits.h"
+    lines = traits.read_text().splitlines(keepends=True)
+    kept = [ln for ln in lines if "Q_SCALE_ALIGN" not in ln]
+    assert len(kept) == len(lines) - 1
+    traits.write_text("".join(kept))
+    run = syntax_check([copy / "sm90" / "launcher.cpp"], copy, tmp_path)[copy / "sm90" / "launcher.cpp"]
+    assert run.returncode != 0 and "Q_ALIGN" in run.stderr and "Q_SCALE_ALIGN" in run.stderr
