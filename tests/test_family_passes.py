@@ -6,6 +6,7 @@ GPU arches' host TUs (launcher, bindings), which only the GPU machine builds, ar
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -82,7 +83,7 @@ def test_stub_hip_arch_compiles_on_its_device_pass_and_the_host_pass(tmp_path, s
 
 # ---- the GPU arches' host TUs ----------------------------------------------------------------
 
-CUDA_INCLUDE = next((d for d in (Path("/usr/local/cuda/include"),) if (d / "cuda_runtime_api.h").exists()), None)
+CUDA_INCLUDE = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include"
 
 
 def gpu_host_tus(generated: Path) -> list[Path]:
@@ -114,8 +115,10 @@ def syntax_check(tus: list[Path], generated: Path, tmp_path: Path) -> dict[Path,
     return runs
 
 
-NEEDS_HOST_HEADERS = pytest.mark.skipif(shutil.which("g++") is None or CUDA_INCLUDE is None,
-                                        reason="needs g++ and the CUDA toolkit's headers")
+NEEDS_HOST_HEADERS = pytest.mark.skipif(
+    shutil.which("g++") is None or not (CUDA_INCLUDE / "cuda_runtime_api.h").exists(),
+    reason="needs g++ and the CUDA toolkit's headers",
+)
 
 
 @NEEDS_HOST_HEADERS

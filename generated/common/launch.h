@@ -19,10 +19,4 @@ struct LaunchStatus {
   const char* what;
 };
 
-// The traits the shared launcher's input checks read, asserted where each instance compiles (the
-// device compiler alone, in CI), not only where the torch module builds: bytes a body needs
-// kv_cache/kv_scale pages, q and q_scale aligned to.
-template <class T>
-inline constexpr bool kDeclaresAlignments = T::KV_ALIGN >= 1 && T::Q_ALIGN >= 1 && T::Q_SCALE_ALIGN >= 1;
-
 }  // namespace mxlogits

@@ -5,7 +5,6 @@
 
 namespace mxlogits::cpu {
 
-static_assert(kDeclaresAlignments<Traits_qlen1_kv256>, "the arch's traits declare the launcher's alignments");
 template LaunchStatus launch_schedule<Traits_qlen1_kv256>(const LaunchContext&, const SchedArgs&);
 template LaunchStatus launch_logits<Traits_qlen1_kv256>(const LaunchContext&, const KernelArgs&);
 

@@ -5,7 +5,6 @@
 
 namespace mxlogits::gfx1250 {
 
-static_assert(kDeclaresAlignments<Traits_qlen4_kv64>, "the arch's traits declare the launcher's alignments");
 template LaunchStatus launch_schedule<Traits_qlen4_kv64>(const LaunchContext&, const SchedArgs&);
 template LaunchStatus launch_logits<Traits_qlen4_kv64>(const LaunchContext&, const KernelArgs&);
 
