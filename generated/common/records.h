@@ -33,6 +33,25 @@ MXL_HD inline Span span_of(const KernelArgs& a, const CtaRecord& r) {
   return Span{lo, hi, int(rows)};
 }
 
+// The records a CTA walks (SPEC §4): cta_info[j] for j in [max(begin, 0), min(end, num_records)),
+// record begin taken from the range's copy (no round trip of its own), the others as load(j)
+// returns them; f(record, span) for each with rows. One rule for every body, host and device. The
+// range's copy is dead once the walk starts and each next record is loaded after f returns, so a
+// device body keeps no record in registers through f.
+template <int QPB, int BK, class Load, class F>
+MXL_HD inline void for_each_record(const KernelArgs& a, const CtaRange& range, Load&& load, F&& f) {
+  const int begin = range.begin > 0 ? range.begin : 0;
+  const int end = range.end < a.num_records ? range.end : a.num_records;
+  if (begin >= end) return;
+  CtaRecord r = begin == range.begin ? range.first : load(begin);
+  for (int j = begin;;) {
+    const Span span = span_of<QPB, BK>(a, r);
+    if (span.rows > 0) f(r, span);
+    if (++j == end) return;
+    r = load(j);
+  }
+}
+
 // A row's own window within the span, [from, to) with to >= from (empty when it reads nothing),
 // from its local_starts / local_ends entries (start 0 when there are no local_starts).
 struct Window {

@@ -126,8 +126,7 @@ inline void load_k(const KernelArgs& a, int64_t batch, int64_t t0, int64_t t1, S
 }
 
 template <class T>
-inline void run_record(const KernelArgs& a, const CtaRecord& rec, Scratch<T>& s) {
-  const records::Span span = records::span_of<T::Q_PER_BLOCK, T::BLOCK_K>(a, rec);
+inline void run_record(const KernelArgs& a, const CtaRecord& rec, const records::Span& span, Scratch<T>& s) {
   const int64_t rows = span.rows, lo = span.lo, hi = span.hi;
   int64_t from[T::Q_PER_BLOCK], to[T::Q_PER_BLOCK];  // each row's own window within [lo, hi)
   for (int64_t i = 0; i < rows; ++i) {
@@ -159,12 +158,13 @@ LaunchStatus launch_logits(const LaunchContext&, const KernelArgs& a) {
   static_assert(sizeof(body::Scratch<T>) <= T::SCRATCH_BUDGET,
                 "instance exceeds the cpu budget scratch_bytes in instances.yaml");
   const auto* ranges = reinterpret_cast<const CtaRange*>(a.cta_ranges);
-  const auto* records = reinterpret_cast<const CtaRecord*>(a.cta_info);
+  const auto* cta_records = reinterpret_cast<const CtaRecord*>(a.cta_info);
   at::parallel_for(0, a.num_ctas, 1, [&](int64_t c0, int64_t c1) {
     std::unique_ptr<body::Scratch<T>> s(new body::Scratch<T>);
     for (int64_t c = c0; c < c1; ++c) {
-      const int64_t end = std::min<int64_t>(ranges[c].end, a.num_records);
-      for (int64_t j = std::max<int64_t>(ranges[c].begin, 0); j < end; ++j) body::run_record<T>(a, records[j], *s);
+      records::for_each_record<T::Q_PER_BLOCK, T::BLOCK_K>(
+          a, ranges[c], [&](int j) { return cta_records[j]; },
+          [&](const CtaRecord& r, const records::Span& span) { body::run_record<T>(a, r, span, *s); });
     }
   });
   return {0, nullptr};

@@ -156,15 +156,11 @@ __global__ void __launch_bounds__(T::THREADS) logits_kernel(const KernelArgs a) 
 #if defined(__HIP_DEVICE_COMPILE__) && defined(__gfx1250__)
   __shared__ lds::Pages<T::STAGES> sh;
   const int wave = xlane::uniform(int(threadIdx.x) / atom::kLanes), lane = int(threadIdx.x) % atom::kLanes;
-  const auto* records = reinterpret_cast<const CtaRecord*>(a.cta_info);
-  const CtaRange range = reinterpret_cast<const CtaRange*>(a.cta_ranges)[blockIdx.x];
-  const int begin = range.begin > 0 ? range.begin : 0, end = range.end < a.num_records ? range.end : a.num_records;
-  for (int j = begin; j < end; ++j) {
-    const CtaRecord r = records[j];
-    const records::Span span = records::span_of<T::Q_PER_BLOCK, T::BLOCK_K>(a, r);  // CTA-uniform
-    if (span.rows == 0) continue;
-    run_record<T>(a, sh, r, span, wave, lane);
-  }
+  const auto* cta_records = reinterpret_cast<const CtaRecord*>(a.cta_info);
+  const CtaRange range = xlane::uniform_load(reinterpret_cast<const CtaRange*>(a.cta_ranges) + blockIdx.x);
+  records::for_each_record<T::Q_PER_BLOCK, T::BLOCK_K>(  // spans are CTA-uniform
+      a, range, [&](int j) { return xlane::uniform_load(cta_records + j); },
+      [&](const CtaRecord& r, const records::Span& span) { run_record<T>(a, sh, r, span, wave, lane); });
 #endif
 }
 

@@ -4,7 +4,6 @@
 
 #include <cstdint>
 
-
 namespace mxlogits::gfx1250::xlane {
 
 #if defined(__HIP_DEVICE_COMPILE__) && defined(__gfx1250__)
@@ -19,11 +18,21 @@ __device__ inline float pair_sum(float a, float b) {
 // Lane 0's value, held in a scalar register (for values every lane of the wave agrees on).
 __device__ inline int uniform(int v) { return __builtin_amdgcn_readfirstlane(v); }
 
-// *p for a wave-uniform p into memory no thread writes during the kernel: one scalar load,
-// whose wait the compiler defers to the first use.
-__device__ inline int32_t uniform_load(const int32_t* p) {
-  return *(__attribute__((address_space(4))) const int32_t*)p;
+// *p, at a wave-uniform address of memory no one writes during the kernel, through the scalar
+// cache (the constant address space): SGPRs, off the vector memory counter, the wait deferred to
+// the first use. Read word by word: an aggregate copy would lose the address space.
+template <class T>
+__device__ inline T uniform_load(const T* p) {
+  static_assert(sizeof(T) % 4 == 0, "whole 32-bit words");
+  typedef const __attribute__((address_space(4))) uint32_t ConstantWord;
+  uint32_t words[sizeof(T) / 4];
+#pragma unroll
+  for (unsigned i = 0; i < sizeof(T) / 4; ++i) words[i] = ((ConstantWord*)p)[i];  // only a C cast changes address space
+  T v;
+  __builtin_memcpy(&v, words, sizeof v);
+  return v;
 }
+
 #endif
 
 }  // namespace mxlogits::gfx1250::xlane

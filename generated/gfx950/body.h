@@ -216,14 +216,11 @@ __device__ void run_record(const KernelArgs& a, const CtaRecord& r, const record
 // The CTA's records, for weights of one dtype.
 template <class T, bool kBf16>
 __device__ void run_records(const KernelArgs& a, int wave, int lane) {
-  const CtaRange range = reinterpret_cast<const CtaRange*>(a.cta_ranges)[blockIdx.x];
-  const int begin = range.begin > 0 ? range.begin : 0, end = range.end < a.num_records ? range.end : a.num_records;
+  const CtaRange range = memory::uniform_load(reinterpret_cast<const CtaRange*>(a.cta_ranges) + blockIdx.x);
   const auto* cta_records = reinterpret_cast<const CtaRecord*>(a.cta_info);
-  for (int j = begin; j < end; ++j) {
-    const CtaRecord r = memory::uniform_load(cta_records + j);
-    const records::Span span = records::span_of<T::Q_PER_BLOCK, T::BLOCK_K>(a, r);
-    if (span.rows > 0) run_record<T, kBf16>(a, r, span, wave, lane);
-  }
+  records::for_each_record<T::Q_PER_BLOCK, T::BLOCK_K>(
+      a, range, [&](int j) { return memory::uniform_load(cta_records + j); },
+      [&](const CtaRecord& r, const records::Span& span) { run_record<T, kBf16>(a, r, span, wave, lane); });
 }
 
 template <class T>

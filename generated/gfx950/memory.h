@@ -65,8 +65,8 @@ __device__ inline void store(Buffer b, uint32_t offset, float v) {
 __device__ inline void keep_order() { __builtin_amdgcn_sched_barrier(0); }
 
 // *p, at a wave-uniform address of memory no one writes during the kernel, through the scalar
-// cache (the constant address space): SGPRs, off the vector memory counter. Read word by word:
-// an aggregate copy would lose the address space.
+// cache (the constant address space): SGPRs, off the vector memory counter, the wait deferred to
+// the first use. Read word by word: an aggregate copy would lose the address space.
 template <class T>
 __device__ inline T uniform_load(const T* p) {
   static_assert(sizeof(T) % 4 == 0, "whole 32-bit words");
@@ -78,6 +78,7 @@ __device__ inline T uniform_load(const T* p) {
   __builtin_memcpy(&v, words, sizeof v);
   return v;
 }
+
 #endif
 
 }  // namespace mxlogits::gfx950::memory

@@ -117,12 +117,6 @@ struct Slots {
 
 // ---- records ----------------------------------------------------------------------------------
 
-// The copy, check and math warps evaluate the same guards (their page sequences must agree).
-template <class T>
-__device__ inline records::Span span_of(const KernelArgs& a, const CtaRecord& r) {
-  return records::span_of<T::Q_PER_BLOCK, T::BLOCK_K>(a, r);
-}
-
 // The pages a record's span touches, [first, first + count); token indices fit int32 (windows
 // end at or before max_seq_len).
 struct PageRun {
@@ -138,26 +132,19 @@ __device__ inline PageRun page_run(const records::Span& span) {
 __device__ inline int32_t first_turn(uint32_t g, int k, int n) { return int32_t((uint32_t(k + n) - g % n) % n); }
 
 // Calls f(g, record, span, run) for each record of the CTA's range that has work, g its first
-// page's index in the CTA's page sequence. The first record comes with the range (no round trip
-// of its own before the first tile and page); each later one is loaded once f returns, so no
-// record stays in registers through f's page loop.
+// page's index in the CTA's page sequence. The copy, check and math warps walk the same records
+// under the same guards, so their page sequences agree.
 template <class T, class F>
 __device__ void for_each_record(const KernelArgs& a, const CtaRange& range, F&& f) {
-  const auto* records = reinterpret_cast<const CtaRecord*>(a.cta_info);
-  const int begin = max(range.begin, 0), end = min(range.end, a.num_records);
-  if (begin >= end) return;
-  CtaRecord r = begin == range.begin ? range.first : records[begin];
+  const auto* cta_records = reinterpret_cast<const CtaRecord*>(a.cta_info);
   uint32_t g = 0;
-  for (int j = begin;;) {
-    const records::Span span = span_of<T>(a, r);
-    if (span.rows > 0) {
-      const PageRun run = page_run(span);
-      f(g, r, span, run);
-      g += uint32_t(run.count);
-    }
-    if (++j == end) break;
-    r = records[j];
-  }
+  records::for_each_record<T::Q_PER_BLOCK, T::BLOCK_K>(
+      a, range, [&](int j) { return cta_records[j]; },
+      [&](const CtaRecord& r, const records::Span& span) {
+        const PageRun run = page_run(span);
+        f(g, r, span, run);
+        g += uint32_t(run.count);
+      });
 }
 
 // ---- copy and check warps ----------------------------------------------------------------------
