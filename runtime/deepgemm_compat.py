@@ -94,7 +94,8 @@ def get_paged_mqa_logits_metadata(
     """The step's schedule from context_lens ([B], or [B, next_n] which also gives next_n).
 
     block_kv must be the table's page size. num_sms is accepted for the call shape and not used:
-    the grid is the instance's cta_resident (tuned per variant; plan_buffers(num_ctas=) overrides).
+    the grid is the instance's cta_resident (tuned per variant), at most one wave of the device;
+    plan_buffers(num_ctas=) overrides.
     next_n (1-D context_lens; default 1) sets the rows per sequence. variant: default
     variant_for(device, next_n). buffers: persistent plan_buffers(device, B*next_n, B, variant) to
     build into (for CUDA graphs); default: new ones. Build it every step: it depends on context_lens.

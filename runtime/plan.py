@@ -99,8 +99,9 @@ def plan_buffers(
     """Allocate the schedule storage for up to `total_q` rows in `batch` sequences.
 
     `variant`: a name, an MqaLogitsVariant or None (the arch's default). `num_ctas`: the grid
-    of the logits launch (default: the variant's cta_resident). Builds the arch's module on
-    first use.
+    of the logits launch (default: the variant's cta_resident; on a GPU at most the CTAs the
+    device holds at once, so a part with fewer SMs than the tuning GPU runs one wave). Builds the
+    arch's module on first use.
     """
     count_arg(total_q, "total_q", 0)
     count_arg(batch, "batch", 0)
@@ -108,7 +109,7 @@ def plan_buffers(
         count_arg(num_ctas, "num_ctas", 1)
     dev = normalize_device(device)
     v = resolve_variant(variant, arch_of(dev))
-    sizes = ops(v.arch).schedule_sizes(total_q, batch, v.q_per_block, v.block_k, num_ctas or 0)
+    sizes = ops(v.arch).schedule_sizes(dev, total_q, batch, v.q_per_block, v.block_k, num_ctas or 0)
     ctas, records, scratch_len, _, record_ints, range_ints = sizes  # the row widths: the module's ABI
     try:
         cta_info = torch.zeros((records, record_ints), dtype=torch.int32, device=dev)

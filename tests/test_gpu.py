@@ -1,17 +1,21 @@
 """GPU-only behaviour, on every variant of the GPU's arch: agreement with the cpu arch on random
 ragged scenes, the device-built schedule bit-exact against the host builder, CUDA-graph capture
-and replay of plan + op, page ids outside the cache (NaN cells instead of a raise), and launches
-on the caller's current stream. Skipped where no GPU arch of the instance table is present."""
+and replay of plan + op, page ids outside the cache (NaN cells instead of a raise), launches on
+the caller's current stream, and a default grid of at most one wave of the device. Skipped where no GPU arch of the instance table is present."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
+import shutil
 
 import mxlogits as mx
 import pytest
 import torch
 from conftest import GPU_ARCH, GPU_VARIANTS, assert_matches, make_case, reference, run_op, variant_params
+from helpers_subprocess import ROOT, python
+from mxlogits_codegen.cli import main as gen_main
 from mxlogits.synthetic import Scene, make_scene
 from schedule_model import compare_with_host, host_twin, random_plan
 
@@ -273,3 +277,38 @@ def test_plan_and_op_run_on_the_current_stream(variant):
         out = run_op(case, variant)
     stream.synchronize()
     assert_matches(out, want, variant)
+
+
+def test_default_grid_is_one_wave_of_the_device(tmp_path):
+    """cta_resident is tuned on one GPU; without num_ctas a plan's grid is at most the CTAs the
+    device holds at once, so a part with fewer multiprocessors runs no second wave. Each shipped
+    instance gets min(cta_resident, SMs) (one 512-thread CTA per SM); a rebuilt module whose
+    instance asks for 4,096 CTAs gets one wave, and its op still agrees with the reference."""
+    if GPU_ARCH != "sm90":
+        pytest.skip("the one-CTA-per-SM occupancy below is sm90's")
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    for v in GPU_VARIANTS:
+        assert mx.plan_buffers("cuda", 8, 2, v).num_ctas == min(v.cta_resident, sms), v.name
+        assert mx.plan_buffers("cuda", 8, 2, v, num_ctas=3 * sms).num_ctas == 3 * sms, v.name  # named: as given
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    shutil.copytree(ROOT / "templates", repo / "templates")
+    lines = (ROOT / "instances.yaml").read_text().splitlines(keepends=True)
+    kept = [line for line in lines if "arch: sm90, name: qlen2" not in line and "arch: sm90, name: qlen4" not in line]
+    text = "".join(kept)
+    old = "{arch: sm90, name: qlen1_kv64, q_per_block: 1, block_k: 64, cta_resident: 132,"
+    assert old in text and len(kept) == len(lines) - 2
+    (repo / "instances.yaml").write_text(text.replace(old, old.replace("132", "4096")))
+    assert gen_main(["--root", str(repo)]) == 0
+
+    code = """
+import json, torch, mxlogits as mx, mxlogits.demo as d
+rows = [(0, 0, 500 + j + 1) for j in range(7)] + [(1, 0, 200 + j + 1) for j in range(5)]
+r = d.run_case('decode', d.make_scene([507, 205], rows, 'cuda'), 'qlen1_kv64', torch.device('cuda'), 1)
+v = {x.name: x for x in mx.variants('sm90')}['qlen1_kv64']
+print(json.dumps({'resident': v.cta_resident, 'grid': mx.plan_buffers('cuda', 12, 2, v).num_ctas, 'ok': r['ok']}))
+"""
+    out = python(code, env={"MXLOGITS_GENERATED_DIR": str(repo / "generated")}).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result == {"resident": 4096, "grid": sms, "ok": True}

@@ -7,7 +7,7 @@
 #include "cpu/launcher.h"
 
 TORCH_LIBRARY(mxlogits_cpu, m) {
-  m.def("schedule_sizes(int num_rows, int batch, int q_per_block, int block_k, int num_ctas) -> int[]",
+  m.def("schedule_sizes(Device device, int num_rows, int batch, int q_per_block, int block_k, int num_ctas) -> int[]",
         &mxlogits::cpu::schedule_sizes);
   m.def(
       "build_schedule(Tensor? cu_seq_q, Tensor local_ends, Tensor? local_starts, Tensor? row_to_batch, "

@@ -381,18 +381,25 @@ void dispatch(int64_t q_per_block, int64_t block_k, F&& f) {
        (long long)q_per_block, (long long)block_k);
 }
 
+// The grid of a plan that names none: the instance's cta_resident.
+template <class T>
+int64_t default_grid(c10::Device device) {
+  (void)device;
+  return T::CTA_RESIDENT;
+}
+
 }  // namespace
 
-std::vector<int64_t> schedule_sizes(int64_t num_rows, int64_t batch, int64_t q_per_block, int64_t block_k,
-                                    int64_t num_ctas) {
+std::vector<int64_t> schedule_sizes(c10::Device device, int64_t num_rows, int64_t batch, int64_t q_per_block,
+                                    int64_t block_k, int64_t num_ctas) {
   std::vector<int64_t> sizes;
   dispatch(q_per_block, block_k, [&](auto traits) {
     using T = decltype(traits);
-    const Checker c("schedule_sizes", c10::Device(c10::kCPU));
+    const Checker c("schedule_sizes", device);
     c.range(num_rows, "total_q", 0, kInt32Max, "rows");
     c.range(batch, "batch", 0, kInt32Max, "sequences");
-    c.range(num_ctas, "num_ctas", 0, kInt32Max, "0 means the instance's cta_resident");
-    const int64_t ctas = num_ctas > 0 ? num_ctas : T::CTA_RESIDENT;
+    c.range(num_ctas, "num_ctas", 0, kInt32Max, "0 means the default grid");
+    const int64_t ctas = num_ctas > 0 ? num_ctas : default_grid<T>(device);
     const int64_t tiles = sched::max_tiles(num_rows, batch, T::Q_PER_BLOCK);
     const int64_t records = sched::num_records(tiles, ctas);
     c.range(records, "max_tiles + num_ctas", 0, kInt32Max, "records");

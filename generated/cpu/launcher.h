@@ -9,11 +9,11 @@
 
 namespace mxlogits::cpu {
 
-// [num_ctas, num_records, scratch_len, max_tiles, kRecordInts, kRangeInts] of a plan: its buffers are
-// cta_info [num_records, kRecordInts], cta_ranges [num_ctas, kRangeInts] and scratch [scratch_len];
-// num_ctas 0: the instance's cta_resident.
-std::vector<int64_t> schedule_sizes(int64_t num_rows, int64_t batch, int64_t q_per_block, int64_t block_k,
-                                    int64_t num_ctas);
+// [num_ctas, num_records, scratch_len, max_tiles, kRecordInts, kRangeInts] of a plan on `device`: its
+// buffers are cta_info [num_records, kRecordInts], cta_ranges [num_ctas, kRangeInts] and scratch
+// [scratch_len]; num_ctas 0: the default grid (the instance's cta_resident).
+std::vector<int64_t> schedule_sizes(c10::Device device, int64_t num_rows, int64_t batch, int64_t q_per_block,
+                                    int64_t block_k, int64_t num_ctas);
 
 void build_schedule(const std::optional<at::Tensor>& cu_seq_q, const at::Tensor& local_ends,
                     const std::optional<at::Tensor>& local_starts, const std::optional<at::Tensor>& row_to_batch,

@@ -7,7 +7,7 @@
 #include "gfx1250/launcher.h"
 
 TORCH_LIBRARY(mxlogits_gfx1250, m) {
-  m.def("schedule_sizes(int num_rows, int batch, int q_per_block, int block_k, int num_ctas) -> int[]",
+  m.def("schedule_sizes(Device device, int num_rows, int batch, int q_per_block, int block_k, int num_ctas) -> int[]",
         &mxlogits::gfx1250::schedule_sizes);
   m.def(
       "build_schedule(Tensor? cu_seq_q, Tensor local_ends, Tensor? local_starts, Tensor? row_to_batch, "

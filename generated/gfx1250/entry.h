@@ -13,6 +13,9 @@ template <class T>
 LaunchStatus launch_schedule(const LaunchContext& ctx, const SchedArgs& args);
 template <class T>
 LaunchStatus launch_logits(const LaunchContext& ctx, const KernelArgs& args);
+// CTAs of the logits kernel that one multiprocessor of the current device holds at once.
+template <class T>
+LaunchStatus logits_ctas_per_sm(int* count);
 
 // The tunables gfx1250 declares, as instance qlen1_kv64 sets them.
 struct Tunables_qlen1_kv64 {
@@ -20,11 +23,13 @@ struct Tunables_qlen1_kv64 {
 using Traits_qlen1_kv64 = Traits<InstanceTraits<1, 64, 3072>, Tunables_qlen1_kv64>;
 extern template LaunchStatus launch_schedule<Traits_qlen1_kv64>(const LaunchContext&, const SchedArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen1_kv64>(const LaunchContext&, const KernelArgs&);
+extern template LaunchStatus logits_ctas_per_sm<Traits_qlen1_kv64>(int*);
 // The tunables gfx1250 declares, as instance qlen4_kv64 sets them.
 struct Tunables_qlen4_kv64 {
 };
 using Traits_qlen4_kv64 = Traits<InstanceTraits<4, 64, 768>, Tunables_qlen4_kv64>;
 extern template LaunchStatus launch_schedule<Traits_qlen4_kv64>(const LaunchContext&, const SchedArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen4_kv64>(const LaunchContext&, const KernelArgs&);
+extern template LaunchStatus logits_ctas_per_sm<Traits_qlen4_kv64>(int*);
 
 }  // namespace mxlogits::gfx1250

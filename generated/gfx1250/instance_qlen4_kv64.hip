@@ -7,5 +7,6 @@ namespace mxlogits::gfx1250 {
 
 template LaunchStatus launch_schedule<Traits_qlen4_kv64>(const LaunchContext&, const SchedArgs&);
 template LaunchStatus launch_logits<Traits_qlen4_kv64>(const LaunchContext&, const KernelArgs&);
+template LaunchStatus logits_ctas_per_sm<Traits_qlen4_kv64>(int*);
 
 }  // namespace mxlogits::gfx1250

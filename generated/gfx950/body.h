@@ -35,6 +35,15 @@ inline LaunchStatus last_launch_status() {
   return LaunchStatus{int(e), e == hipSuccess ? nullptr : hipGetErrorString(e)};
 }
 
+// CTAs of `kernel` at `threads` threads and `bytes` of dynamic shared memory that one
+// multiprocessor holds at once (0: none fits).
+template <class K>
+LaunchStatus resident_ctas(K kernel, int threads, int bytes, int* count) {
+  const hipError_t e =
+      hipOccupancyMaxActiveBlocksPerMultiprocessor(count, reinterpret_cast<const void*>(kernel), threads, bytes);
+  return LaunchStatus{int(e), e == hipSuccess ? nullptr : hipGetErrorString(e)};
+}
+
 template <int QPB, int BK>
 __global__ void __launch_bounds__(sched::kSchedThreads) schedule_kernel(const SchedArgs a) {
 #if defined(__HIP_DEVICE_COMPILE__) && defined(__gfx950__)
@@ -249,6 +258,11 @@ template <class T>
 LaunchStatus launch_logits(const LaunchContext& ctx, const KernelArgs& a) {
   logits_kernel<T><<<a.num_ctas, T::THREADS, 0, static_cast<hipStream_t>(ctx.stream)>>>(a);
   return last_launch_status();
+}
+
+template <class T>
+LaunchStatus logits_ctas_per_sm(int* count) {
+  return resident_ctas(logits_kernel<T>, T::THREADS, 0, count);
 }
 
 }  // namespace mxlogits::gfx950

@@ -13,6 +13,9 @@ template <class T>
 LaunchStatus launch_schedule(const LaunchContext& ctx, const SchedArgs& args);
 template <class T>
 LaunchStatus launch_logits(const LaunchContext& ctx, const KernelArgs& args);
+// CTAs of the logits kernel that one multiprocessor of the current device holds at once.
+template <class T>
+LaunchStatus logits_ctas_per_sm(int* count);
 
 // The tunables gfx950 declares, as instance qlen1_kv64 sets them.
 struct Tunables_qlen1_kv64 {
@@ -22,6 +25,7 @@ struct Tunables_qlen1_kv64 {
 using Traits_qlen1_kv64 = Traits<InstanceTraits<1, 64, 1024>, Tunables_qlen1_kv64>;
 extern template LaunchStatus launch_schedule<Traits_qlen1_kv64>(const LaunchContext&, const SchedArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen1_kv64>(const LaunchContext&, const KernelArgs&);
+extern template LaunchStatus logits_ctas_per_sm<Traits_qlen1_kv64>(int*);
 // The tunables gfx950 declares, as instance qlen1_kv256 sets them.
 struct Tunables_qlen1_kv256 {
   static constexpr int prefetch = 2;
@@ -30,5 +34,6 @@ struct Tunables_qlen1_kv256 {
 using Traits_qlen1_kv256 = Traits<InstanceTraits<1, 256, 1024>, Tunables_qlen1_kv256>;
 extern template LaunchStatus launch_schedule<Traits_qlen1_kv256>(const LaunchContext&, const SchedArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen1_kv256>(const LaunchContext&, const KernelArgs&);
+extern template LaunchStatus logits_ctas_per_sm<Traits_qlen1_kv256>(int*);
 
 }  // namespace mxlogits::gfx950

@@ -392,18 +392,32 @@ void dispatch(int64_t q_per_block, int64_t block_k, F&& f) {
        (long long)q_per_block, (long long)block_k);
 }
 
+// The grid of a plan that names none: the instance's cta_resident, at most the CTAs the device
+// holds at once. cta_resident is tuned on one GPU (one CTA per SM of an H200 for sm90); on a part with
+// fewer multiprocessors the CTAs past one wave would run after the others, doubling the call.
+template <class T>
+int64_t default_grid(c10::Device device) {
+  const c10::DeviceGuard guard(device);
+  const LaunchContext ctx = launch_context(device);
+  int per_sm = 0;
+  check_launch(logits_ctas_per_sm<T>(&per_sm), "schedule_sizes (the logits kernel's occupancy)");
+  MXL_CHECK(per_sm > 0, "mxlogits[gfx950] schedule_sizes: the logits kernel of (q_per_block, block_k) = "
+            "(%d, %d) fits no multiprocessor of device %d", T::Q_PER_BLOCK, T::BLOCK_K, ctx.device);
+  return std::min<int64_t>(T::CTA_RESIDENT, int64_t(per_sm) * ctx.sm_count);
+}
+
 }  // namespace
 
-std::vector<int64_t> schedule_sizes(int64_t num_rows, int64_t batch, int64_t q_per_block, int64_t block_k,
-                                    int64_t num_ctas) {
+std::vector<int64_t> schedule_sizes(c10::Device device, int64_t num_rows, int64_t batch, int64_t q_per_block,
+                                    int64_t block_k, int64_t num_ctas) {
   std::vector<int64_t> sizes;
   dispatch(q_per_block, block_k, [&](auto traits) {
     using T = decltype(traits);
-    const Checker c("schedule_sizes", c10::Device(c10::kCPU));
+    const Checker c("schedule_sizes", device);
     c.range(num_rows, "total_q", 0, kInt32Max, "rows");
     c.range(batch, "batch", 0, kInt32Max, "sequences");
-    c.range(num_ctas, "num_ctas", 0, kInt32Max, "0 means the instance's cta_resident");
-    const int64_t ctas = num_ctas > 0 ? num_ctas : T::CTA_RESIDENT;
+    c.range(num_ctas, "num_ctas", 0, kInt32Max, "0 means the default grid");
+    const int64_t ctas = num_ctas > 0 ? num_ctas : default_grid<T>(device);
     const int64_t tiles = sched::max_tiles(num_rows, batch, T::Q_PER_BLOCK);
     const int64_t records = sched::num_records(tiles, ctas);
     c.range(records, "max_tiles + num_ctas", 0, kInt32Max, "records");

@@ -577,6 +577,15 @@ inline LaunchStatus last_launch_status() {
   return LaunchStatus{int(e), e == cudaSuccess ? nullptr : cudaGetErrorString(e)};
 }
 
+// CTAs of `kernel` at `threads` threads and `bytes` of dynamic shared memory that one
+// multiprocessor holds at once (0: none fits).
+template <class K>
+LaunchStatus resident_ctas(K kernel, int threads, int bytes, int* count) {
+  const cudaError_t e =
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(count, reinterpret_cast<const void*>(kernel), threads, bytes);
+  return LaunchStatus{int(e), e == cudaSuccess ? nullptr : cudaGetErrorString(e)};
+}
+
 template <int QPB, int BK>
 __global__ void __launch_bounds__(sched::kSchedThreads) schedule_kernel(const SchedArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -597,14 +606,31 @@ LaunchStatus launch_schedule(const LaunchContext& ctx, const SchedArgs& args) {
 }
 
 template <class T>
+inline constexpr int kLogitsBytes = sizeof(body::Shared<T>);
+
+// The logits kernel allowed its dynamic shared memory (past the 48 KiB default): before a launch
+// and before an occupancy query, which counts a kernel that is not allowed its bytes as fitting none.
+template <class T>
+LaunchStatus allow_logits_bytes() {
+  static_assert(kLogitsBytes<T> <= T::SMEM_BUDGET, "instance exceeds the sm90 budget smem_bytes in instances.yaml");
+  const cudaError_t e =
+      cudaFuncSetAttribute(body::logits_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, kLogitsBytes<T>);
+  return LaunchStatus{int(e), e == cudaSuccess ? nullptr : cudaGetErrorString(e)};
+}
+
+template <class T>
 LaunchStatus launch_logits(const LaunchContext& ctx, const KernelArgs& a) {
-  constexpr int bytes = sizeof(body::Shared<T>);
-  static_assert(bytes <= T::SMEM_BUDGET, "instance exceeds the sm90 budget smem_bytes in instances.yaml");
-  const auto kernel = body::logits_kernel<T>;
-  const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (e != cudaSuccess) return LaunchStatus{int(e), cudaGetErrorString(e)};
-  kernel<<<a.num_ctas, T::THREADS, bytes, static_cast<cudaStream_t>(ctx.stream)>>>(a);
+  const LaunchStatus allowed = allow_logits_bytes<T>();
+  if (allowed.code != 0) return allowed;
+  body::logits_kernel<T><<<a.num_ctas, T::THREADS, kLogitsBytes<T>, static_cast<cudaStream_t>(ctx.stream)>>>(a);
   return last_launch_status();
+}
+
+template <class T>
+LaunchStatus logits_ctas_per_sm(int* count) {
+  const LaunchStatus allowed = allow_logits_bytes<T>();
+  if (allowed.code != 0) return allowed;
+  return resident_ctas(body::logits_kernel<T>, T::THREADS, kLogitsBytes<T>, count);
 }
 
 }  // namespace mxlogits::sm90
