@@ -166,19 +166,20 @@ __global__ void __launch_bounds__(T::THREADS) logits_kernel(const KernelArgs a) 
 
 }  // namespace body
 
-// The status of the launch just made on this thread (a bad configuration surfaces here).
-inline LaunchStatus last_launch_status() {
-  const hipError_t e = hipGetLastError();
+// A runtime call's error as the status a launch function returns.
+inline LaunchStatus status_of(hipError_t e) {
   return LaunchStatus{int(e), e == hipSuccess ? nullptr : hipGetErrorString(e)};
 }
+
+// The status of the launch just made on this thread (a bad configuration surfaces here).
+inline LaunchStatus last_launch_status() { return status_of(hipGetLastError()); }
 
 // CTAs of `kernel` at `threads` threads and `bytes` of dynamic shared memory that one
 // multiprocessor holds at once (0: none fits).
 template <class K>
 LaunchStatus resident_ctas(K kernel, int threads, int bytes, int* count) {
-  const hipError_t e =
-      hipOccupancyMaxActiveBlocksPerMultiprocessor(count, reinterpret_cast<const void*>(kernel), threads, bytes);
-  return LaunchStatus{int(e), e == hipSuccess ? nullptr : hipGetErrorString(e)};
+  return status_of(
+      hipOccupancyMaxActiveBlocksPerMultiprocessor(count, reinterpret_cast<const void*>(kernel), threads, bytes));
 }
 
 template <int QPB, int BK>
@@ -193,9 +194,9 @@ template <class T>
 LaunchStatus launch_schedule(const LaunchContext& ctx, const SchedArgs& args) {
   const auto kernel = schedule_kernel<T::Q_PER_BLOCK, T::BLOCK_K>;
   const int bytes = int(sched::staged_bytes(args, T::Q_PER_BLOCK));
-  const hipError_t e = hipFuncSetAttribute(reinterpret_cast<const void*>(kernel),
-                                                      hipFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (e != hipSuccess) return LaunchStatus{int(e), hipGetErrorString(e)};
+  const LaunchStatus allowed = status_of(hipFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                                                                   hipFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  if (allowed.code != 0) return allowed;
   kernel<<<1, sched::kSchedThreads, bytes, static_cast<hipStream_t>(ctx.stream)>>>(args);
   return last_launch_status();
 }

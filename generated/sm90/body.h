@@ -571,19 +571,20 @@ __global__ void __maxnreg__(T::MAX_REGISTERS) logits_kernel(const __grid_constan
 
 }  // namespace body
 
-// The status of the launch just made on this thread (a bad configuration surfaces here).
-inline LaunchStatus last_launch_status() {
-  const cudaError_t e = cudaGetLastError();
+// A runtime call's error as the status a launch function returns.
+inline LaunchStatus status_of(cudaError_t e) {
   return LaunchStatus{int(e), e == cudaSuccess ? nullptr : cudaGetErrorString(e)};
 }
+
+// The status of the launch just made on this thread (a bad configuration surfaces here).
+inline LaunchStatus last_launch_status() { return status_of(cudaGetLastError()); }
 
 // CTAs of `kernel` at `threads` threads and `bytes` of dynamic shared memory that one
 // multiprocessor holds at once (0: none fits).
 template <class K>
 LaunchStatus resident_ctas(K kernel, int threads, int bytes, int* count) {
-  const cudaError_t e =
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(count, reinterpret_cast<const void*>(kernel), threads, bytes);
-  return LaunchStatus{int(e), e == cudaSuccess ? nullptr : cudaGetErrorString(e)};
+  return status_of(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(count, reinterpret_cast<const void*>(kernel), threads, bytes));
 }
 
 template <int QPB, int BK>
@@ -598,9 +599,9 @@ template <class T>
 LaunchStatus launch_schedule(const LaunchContext& ctx, const SchedArgs& args) {
   const auto kernel = schedule_kernel<T::Q_PER_BLOCK, T::BLOCK_K>;
   const int bytes = int(sched::staged_bytes(args, T::Q_PER_BLOCK));
-  const cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
-                                                      cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (e != cudaSuccess) return LaunchStatus{int(e), cudaGetErrorString(e)};
+  const LaunchStatus allowed = status_of(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  if (allowed.code != 0) return allowed;
   kernel<<<1, sched::kSchedThreads, bytes, static_cast<cudaStream_t>(ctx.stream)>>>(args);
   return last_launch_status();
 }
@@ -613,9 +614,8 @@ inline constexpr int kLogitsBytes = sizeof(body::Shared<T>);
 template <class T>
 LaunchStatus allow_logits_bytes() {
   static_assert(kLogitsBytes<T> <= T::SMEM_BUDGET, "instance exceeds the sm90 budget smem_bytes in instances.yaml");
-  const cudaError_t e =
-      cudaFuncSetAttribute(body::logits_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, kLogitsBytes<T>);
-  return LaunchStatus{int(e), e == cudaSuccess ? nullptr : cudaGetErrorString(e)};
+  return status_of(
+      cudaFuncSetAttribute(body::logits_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, kLogitsBytes<T>));
 }
 
 template <class T>
