@@ -194,7 +194,7 @@ def far_apart_case(variant, side: str) -> Scene:
     """Tokens (side kv, on every other page) or query heads (side q) whose block 0 is scaled 2^20
     above the other three, against zeros in block 0 of the other operand: every logit comes from
     the small blocks alone, so a path that cannot hold that spread (sm90's fp8 operands, exact to
-    2^11) must give way to an exact one for just those pages or tiles."""
+    2^13) must give way to an exact one for just those pages or tiles."""
     rows = [(0, 0, 600), (0, 37, 500), (0, 64, 600), (0, 100, 580), (0, 5, 600), (0, 300, 600)]
     case = make_case([600], rows, variant, seed=23)
     pages = case.block_tables[0, :10].long()

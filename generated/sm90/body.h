@@ -4,11 +4,14 @@
 // bulk copies completing on the slot's mbarrier (one copy when the cache is one fused buffer);
 // check warps read each landed page's scales once for all: per token the spreads of its blocks
 // and its factor, and whether the whole page fits the fp8 path. Math warpgroups take the pages
-// round-robin, convert the FP4 keys to e4m3 (bf16 on the exact path) straight into wgmma A
+// round-robin, convert the FP4 keys to e5m2 (bf16 on the exact path) straight into wgmma A
 // registers, multiply them with the tile's queries (converted once per record into shared
-// memory) and reduce relu(qk) * w over the heads in registers. The guard keeps device code off
-// every other pass; the launch functions exist on all of them.
+// memory) and reduce relu(qk) * w over the heads: in fp32 registers, or (mma_head_sum, fp8 pages)
+// as f16 A fragments of a second wgmma against the weights. The guard keeps device code off every
+// other pass; the launch functions exist on all of them.
 #pragma once
+
+#include <cuda_fp16.h>
 
 #include <cstdint>
 #include <utility>
@@ -29,7 +32,7 @@ inline constexpr int kSlotBytes = kPageValueBytes + kPageScaleBytes;
 inline constexpr int kMathBarrier = 1;  // named barrier of the math warpgroups (0 is __syncthreads)
 
 // What a check warp leaves per token of a landed page: the spreads m - e_b of its four
-// blocks (one byte each) and its factor 2^(m - 127 - 2 * kFp8Shift), NaN for m = 255.
+// blocks (one byte each) and its factor 2^(m - 127), NaN for m = 255.
 struct TokenMeta {
   uint32_t spreads;
   float factor;
@@ -43,11 +46,16 @@ struct TileRow {
 
 template <class T>
 struct alignas(128) Shared {
-  uint8_t q8[T::N * kHeadDim];                      // wgmma B: the tile's queries in e4m3 (atom::b_offset)
+  uint8_t q8[T::N * kHeadDim];                      // wgmma B: the tile's queries in e5m2 (atom::b_offset)
   uint8_t q16[T::N * kHeadDim * 2];                 // and in bf16, for the exact path
   uint8_t kv[T::STAGES][kSlotBytes];                // one page per slot: values, then scales
   TokenMeta meta[T::STAGES][kPageSize];             // the check warps' reading of each slot's scales
   float w[T::Q_PER_BLOCK][kHeads];                  // weight_scale * weights * 2^(m_h - 127)
+  // mma_head_sum: w / wscale as the head sum's wgmma B (head_sum_weights), a row's largest finite
+  // exponent E and wscale = 2^(E - 127)
+  alignas(128) uint8_t hs_b[T::MMA_HEAD_SUM ? T::Q_PER_BLOCK * kHeads / 16 * atom::kHeadSumStepBytes : 16];
+  uint32_t wexp[T::Q_PER_BLOCK];
+  float wscale[T::Q_PER_BLOCK];
   TileRow rows[T::Q_PER_BLOCK];
   int32_t fp8[T::STAGES];                           // every token of the slot's page fits the fp8 path
   uint64_t full[T::STAGES], checked[T::STAGES], empty[T::STAGES];
@@ -211,7 +219,7 @@ __device__ void check_page(Shared<T>& sh, const Slots<T>& slots, uint32_t g, int
   for (int t = lane; t < kPageSize; t += 32) {
     const uint32_t sc = scales[t], m = convert::max_exponent(sc);
     fp8 = fp8 && convert::fp8_exact(m - convert::min_exponent(sc));
-    sh.meta[s][t] = TokenMeta{convert::spreads(sc, m), convert::row_factor(m, 2 * convert::kFp8Shift)};
+    sh.meta[s][t] = TokenMeta{convert::spreads(sc, m), convert::row_factor(m)};
   }
   fp8 = __all_sync(0xFFFFFFFFu, fp8);
   if (lane == 0) sh.fp8[s] = fp8;
@@ -263,6 +271,12 @@ constexpr bool unit_steps_linear() {
 }
 static_assert(unit_steps_linear<atom::Fp8>() && unit_steps_linear<atom::Bf16>(), "B is not linear in a unit's steps");
 
+// The exponent field of a finite float, 0 for infinities and NaN.
+__device__ inline uint32_t finite_exponent(float x) {
+  const uint32_t e = __float_as_uint(x) >> 23 & 0xFFu;
+  return e == 0xFFu ? 0u : e;
+}
+
 // The query tile as wgmma B in both operand kinds (convert:: k order), its folded weights, its
 // rows' windows. Returns whether every head of the tile fits the fp8 path. Rows past the tile
 // are zeros and write nothing.
@@ -308,7 +322,11 @@ __device__ bool load_tile(const KernelArgs& a, Shared<T>& sh, const CtaRecord& r
       const int i = u / (kHeads * kRowScales), h = u / kRowScales % kHeads, b = u % kRowScales;
       const int n = i * kHeads + h;
       const uint32_t m = convert::max_exponent(cur.scales), d = convert::byte_of(convert::spreads(cur.scales, m), b);
-      if (b == 0) sh.w[i][h] = a.weight_scale * records::weight_of_bits(cur.weight, a.weights_bf16) * convert::row_factor(m, 0);
+      if (b == 0) {
+        const float w = a.weight_scale * records::weight_of_bits(cur.weight, a.weights_bf16) * convert::row_factor(m);
+        sh.w[i][h] = w;
+        if constexpr (T::MMA_HEAD_SUM) atomicMax(&sh.wexp[i], finite_exponent(w));
+      }
       fp8 = fp8 && (convert::fp8_exact(d) || convert::zero_block(cur.words));
       const uint32_t mult = convert::bf16_multiplier(d);
       uint8_t* q16 = sh.q16 + unit_offset<atom::Bf16>(b, n);
@@ -364,7 +382,6 @@ template <>
 struct Operands<atom::Fp8> {
   uint2 t0, t1;  // PRMT tables of the two tokens' blocks
   float f0, f1;
-  // Both operands carry 2^kFp8Shift more than the weights' fold of the query (row_factor(m, 0)).
   __device__ static Operands of(const Page& p) {
     return {convert::fp8_table(p.d0), convert::fp8_table(p.d1), p.f0, p.f1};
   }
@@ -381,10 +398,8 @@ template <>
 struct Operands<atom::Bf16> {
   uint32_t x0, x1;  // bf16x2 multipliers of the two tokens' blocks
   float f0, f1;
-  // The factors without the fp8 path's 2^(2 * kFp8Shift): a power-of-two product, exact.
   __device__ static Operands of(const Page& p) {
-    constexpr float unshift = float(1 << (2 * convert::kFp8Shift));
-    return {convert::bf16_multiplier(p.d0), convert::bf16_multiplier(p.d1), p.f0 * unshift, p.f1 * unshift};
+    return {convert::bf16_multiplier(p.d0), convert::bf16_multiplier(p.d1), p.f0, p.f1};
   }
   template <int S>
   __device__ void fragment(uint32_t (&f)[4], const Page& p) const {
@@ -477,8 +492,108 @@ __device__ inline void reduce_store(const Shared<T>& sh, const float (&d)[kRows 
   }
 }
 
+// ---- mma_head_sum ----------------------------------------------------------------------------
+// The head sum's B: k-step s = 4 r + h / 16 holds row r's heads h, column 2 r their high f16 parts
+// and 2 r + 1 the low ones (relative to the row's wscale, hi + lo keeps ~22 bits of a weight);
+// every other column is zero (set once, at the kernel's start). D columns 2 (l % 4) and
+// 2 (l % 4) + 1 of lane l are then row l % 4's sum.
+
+// The tile's head-sum B from its folded weights (after the math warps met on them). An infinite
+// weight keeps its infinity in the high part and 0 in the low.
+template <class T>
+__device__ void head_sum_weights(Shared<T>& sh, int tid) {
+  static_assert(2 * T::Q_PER_BLOCK <= atom::kHeadSumColumns, "two head-sum columns per row");
+  for (int e = tid; e < T::Q_PER_BLOCK * kHeads; e += T::MATH_THREADS) {
+    const int row = e / kHeads, h = e % kHeads;
+    const float x = sh.w[row][h] * convert::row_factor(254u - sh.wexp[row]);  // times 2^(127 - E): exact
+    const __half hi = __float2half_rn(x);
+    const float rest = x - __half2float(hi);
+    const __half lo = __float2half_rn(rest == rest ? rest : 0.f);
+    uint8_t* step = sh.hs_b + (kHeads / 16 * row + h / 16) * atom::kHeadSumStepBytes;
+    *reinterpret_cast<__half*>(step + atom::head_sum_b_offset(h % 16, 2 * row)) = hi;
+    *reinterpret_cast<__half*>(step + atom::head_sum_b_offset(h % 16, 2 * row + 1)) = lo;
+  }
+  if (tid < T::Q_PER_BLOCK) sh.wscale[tid] = convert::row_factor(sh.wexp[tid]);
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic writes -> wgmma reads
+}
+
+// relu(acc) of a pass as the head sum's A fragments: k-step j takes columns 16 j .. 16 j + 15.
+template <int N>
+__device__ inline void relu_fragments(uint32_t (&a)[N / 16][4], const float (&d)[N / 2]) {
+#pragma unroll
+  for (int j = 0; j < N / 16; ++j) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) a[j][r] = atom::relu_f16x2(d[8 * j + 2 * r], d[8 * j + 2 * r + 1]);
+  }
+}
+
+// The head sum's wgmmas of one pass (its first k-step is `step0` of B), uncommitted.
+template <int N>
+__device__ inline void issue_head_sum(float (&sums)[4], const uint32_t (&a)[N / 16][4], uint64_t desc, int step0) {
+#pragma unroll
+  for (int j = 0; j < N / 16; ++j) {
+    atom::head_sum_mma(sums, a[j], desc + (uint64_t(step0 + j) * atom::kHeadSumStepBytes >> 4), step0 + j);
+  }
+}
+
+// Lane l writes row l % 4's sums for tokens r0 and r0 + 8 (high plus low part), times the row's
+// wscale and the token's factor (a NaN factor poisons the cell).
+template <class T>
+__device__ inline void store_head_sums(const Shared<T>& sh, const float (&sums)[4], int32_t token0, float f0, float f1) {
+  const int lane = threadIdx.x % 32, row = lane % 4, r0 = atom::a_row(threadIdx.x % 128 / 32, lane, 0);
+  const bool mine = row < T::Q_PER_BLOCK;
+  const TileRow& r = sh.rows[mine ? row : 0];
+  const float scale = sh.wscale[mine ? row : 0];
+  const int32_t t0 = token0 + r0, t1 = t0 + 8;
+  store_if(r.out + t0, (sums[0] + sums[1]) * scale * f0, mine && t0 >= r.from && t0 < r.to);
+  store_if(r.out + t1, (sums[2] + sums[3]) * scale * f1, mine && t1 >= r.from && t1 < r.to);
+}
+
+// One pass: every k-step of the page's fragments against columns [n0, n0 + N) of the tile, committed.
+template <class K, int N, int kSteps>
+__device__ inline void issue_pass(float (&d)[N / 2], const uint32_t (&frag)[kSteps][4], uint64_t desc, int n0) {
+  atom::fence();
+#pragma unroll
+  for (int k = 0; k < kSteps; ++k) atom::Mma<K, N>::run(d, frag[k], desc + atom::b_advance<K>(k, n0), k);
+  atom::commit();
+}
+
+// An fp8 page with the head sum on the tensor cores: pass p's head sum is issued with pass p + 1's
+// product, so a warpgroup waits on the tensor cores once a pass, as without it.
+template <class T>
+__device__ inline void process_page_mma(const Shared<T>& sh, const Page& p, int32_t token0, uint64_t desc) {
+  using K = atom::Fp8;
+  constexpr int kSteps = kHeadDim / K::kK, kPasses = T::N / T::N_PASS;
+  const Operands<K> o = Operands<K>::of(p);
+  const uint64_t hs_desc = atom::head_sum_descriptor(sh.hs_b);
+  uint32_t frag[kSteps][4];
+  all_fragments<K>(frag, o, p, std::make_integer_sequence<int, kSteps>{});
+  float d[T::N_PASS / 2], sums[4];
+  uint32_t a[T::N_PASS / 16][4];
+  issue_pass<K, T::N_PASS>(d, frag, desc, 0);
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) {
+    atom::wait<0>();
+    atom::pin(d);
+    atom::pin(a);
+    relu_fragments<T::N_PASS>(a, d);
+    atom::fence();
+    issue_head_sum<T::N_PASS>(sums, a, hs_desc, pass * T::N_PASS / 16);
+    if (pass + 1 < kPasses) {
+      issue_pass<K, T::N_PASS>(d, frag, desc, (pass + 1) * T::N_PASS);  // commits the head sum with it
+    } else {
+      atom::commit();
+    }
+  }
+  atom::wait<0>();
+  atom::pin(sums);
+  atom::pin(a);
+  atom::pin(frag);
+  store_head_sums<T>(sh, sums, token0, o.f0, o.f1);
+}
+
 // One page in one operand kind: multiplied (in passes of N_PASS columns when the tile has
-// more) and reduced.
+// more) and reduced in fp32.
 template <class T, class K>
 __device__ inline void process_page(const Shared<T>& sh, const Page& p, int32_t token0, uint64_t desc) {
   constexpr int kSteps = kHeadDim / K::kK, kRows = T::N_PASS / kHeads;
@@ -493,12 +608,7 @@ __device__ inline void process_page(const Shared<T>& sh, const Page& p, int32_t 
 #pragma unroll
     for (int pass = 0; pass < T::N / T::N_PASS; ++pass) {
       float d[T::N_PASS / 2];
-      atom::fence();
-#pragma unroll
-      for (int k = 0; k < kSteps; ++k) {
-        atom::Mma<K, T::N_PASS>::run(d, frag[k], desc + atom::b_advance<K>(k, pass * T::N_PASS), k);
-      }
-      atom::commit();
+      issue_pass<K, T::N_PASS>(d, frag, desc, pass * T::N_PASS);
       atom::wait<0>();
       atom::pin(d);
       reduce_store<T, kRows>(sh, d, pass * kRows, token0, o.f0, o.f1);
@@ -517,7 +627,11 @@ __device__ void consume_pages(const Shared<T>& sh, const Slots<T>& slots, bool t
     const Page p = load_page<T>(sh, slots, g + uint32_t(i));
     const int32_t token0 = (first + i) * kPageSize;
     if (tile_fp8 && p.fp8) {
-      process_page<T, atom::Fp8>(sh, p, token0, desc8);
+      if constexpr (T::MMA_HEAD_SUM) {
+        process_page_mma<T>(sh, p, token0, desc8);
+      } else {
+        process_page<T, atom::Fp8>(sh, p, token0, desc8);
+      }
     } else {
       process_page<T, atom::Bf16>(sh, p, token0, desc16);
     }
@@ -533,6 +647,11 @@ __device__ void consume(const KernelArgs& a, Shared<T>& sh, const CtaRange& rang
     const bool fp8 = load_tile<T>(a, sh, r, span, tid);
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic writes -> wgmma reads
     const bool tile_fp8 = math_all(fp8, T::MATH_THREADS);
+    if constexpr (T::MMA_HEAD_SUM) {
+      head_sum_weights<T>(sh, tid);
+      math_barrier(T::MATH_THREADS);
+      if (tid < T::Q_PER_BLOCK) sh.wexp[tid] = 0;  // read by every thread above: ready for the next tile
+    }
     consume_pages<T>(sh, slots, tile_fp8, g, run.first, first_turn(g, wg, T::MATH_WARPGROUPS), run.count);
   });
 }
@@ -554,6 +673,10 @@ __global__ void __maxnreg__(T::MAX_REGISTERS) logits_kernel(const __grid_constan
       mbar_init(&sh.empty[s], 128);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  if constexpr (T::MMA_HEAD_SUM) {
+    for (int e = threadIdx.x; e < int(sizeof sh.hs_b / 16); e += T::THREADS) reinterpret_cast<uint4*>(sh.hs_b)[e] = uint4{0, 0, 0, 0};
+    if (threadIdx.x < T::Q_PER_BLOCK) sh.wexp[threadIdx.x] = 0;
   }
   __syncthreads();
   if (threadIdx.x >= T::MATH_THREADS) {

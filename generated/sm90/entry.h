@@ -23,6 +23,7 @@ struct Tunables_qlen1_kv64 {
   static constexpr int warpgroups = 4;
   static constexpr int ctas_per_sm = 1;
   static constexpr int pass_columns = 64;
+  static constexpr int mma_head_sum = 0;
 };
 using Traits_qlen1_kv64 = Traits<InstanceTraits<1, 64, 132>, Tunables_qlen1_kv64>;
 extern template LaunchStatus launch_schedule<Traits_qlen1_kv64>(const LaunchContext&, const SchedArgs&);
@@ -31,9 +32,10 @@ extern template LaunchStatus logits_ctas_per_sm<Traits_qlen1_kv64>(int*);
 // The tunables sm90 declares, as instance qlen2_kv64 sets them.
 struct Tunables_qlen2_kv64 {
   static constexpr int stages = 16;
-  static constexpr int warpgroups = 3;
+  static constexpr int warpgroups = 4;
   static constexpr int ctas_per_sm = 1;
-  static constexpr int pass_columns = 128;
+  static constexpr int pass_columns = 64;
+  static constexpr int mma_head_sum = 1;
 };
 using Traits_qlen2_kv64 = Traits<InstanceTraits<2, 64, 132>, Tunables_qlen2_kv64>;
 extern template LaunchStatus launch_schedule<Traits_qlen2_kv64>(const LaunchContext&, const SchedArgs&);
@@ -42,9 +44,10 @@ extern template LaunchStatus logits_ctas_per_sm<Traits_qlen2_kv64>(int*);
 // The tunables sm90 declares, as instance qlen4_kv64 sets them.
 struct Tunables_qlen4_kv64 {
   static constexpr int stages = 16;
-  static constexpr int warpgroups = 3;
+  static constexpr int warpgroups = 4;
   static constexpr int ctas_per_sm = 1;
-  static constexpr int pass_columns = 128;
+  static constexpr int pass_columns = 64;
+  static constexpr int mma_head_sum = 1;
 };
 using Traits_qlen4_kv64 = Traits<InstanceTraits<4, 64, 132>, Tunables_qlen4_kv64>;
 extern template LaunchStatus launch_schedule<Traits_qlen4_kv64>(const LaunchContext&, const SchedArgs&);

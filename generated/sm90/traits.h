@@ -26,6 +26,7 @@ struct Traits : Instance, Tunables {
   static constexpr int MAX_REGISTERS = MAX_REGISTERS_FIT < 255 ? MAX_REGISTERS_FIT : 255;
   static constexpr int N = Instance::Q_PER_BLOCK * kHeads;  // every head of every row of the tile
   static constexpr int N_PASS = N < Tunables::pass_columns ? N : Tunables::pass_columns;  // wgmma N of one pass
+  static constexpr bool MMA_HEAD_SUM = Tunables::mma_head_sum != 0;
   static constexpr int KV_ALIGN = 16;  // bulk copies need 16-byte aligned pages and strides
   static constexpr int Q_ALIGN = 16, Q_SCALE_ALIGN = 4;  // a query block is one 16-byte load, a head's scales one word
   static constexpr int64_t SMEM_BUDGET = 232448;
