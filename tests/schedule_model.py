@@ -76,8 +76,8 @@ def build_plan(variant, device, num_rows, batch, cu, starts, ends, rtb, num_ctas
 
 def setup_chunks(variant) -> int:
     """README "Schedule": a tile's setup weighs as much as 512 tokens of its window at q_per_block 1,
-    384 with more rows per tile."""
-    tokens = 512 if variant.q_per_block == 1 else 384
+    448 with more rows per tile."""
+    tokens = 512 if variant.q_per_block == 1 else 448
     return -(-tokens // variant.block_k)
 
 

@@ -130,10 +130,12 @@ MXL_HD inline Tile tile_at(const SchedArgs& a, int64_t t) {
 // CTAs of a causal prefill took hundreds of short tiles each. Swept on the H200 (bench/RESULTS.md):
 // at q_per_block 1 a tile start weighs about 8 chunks of 64 tokens (decode (128 seqs, 16 long)
 // 22.2 µs at 512 tokens, 24.2 at 384, no gain at 640 or 768); with more rows per tile a chunk
-// costs more and the start relatively less, about 6 (at 384 against 512: prefill causal bs 8
-// 524 -> 500 µs, bs 4 1,015 -> 984, fresh 4 x 4,096 709 -> 692; 448 and 320 both slower).
+// costs more and the start relatively less, about 7 since sm90's head sum went to the tensor
+// cores (at 448 against 384: prefill causal bs 1 2,128 -> 2,034-2,056 µs, bs 8 449 -> 443, fresh
+// 4 x 4,096 619 -> 607; 512 faster on causal bs 1 still but slower on decode MTP 4 (32, 4), 320
+// slower everywhere).
 template <int QPB>
-inline constexpr int64_t kSetupTokens = QPB == 1 ? 512 : 384;
+inline constexpr int64_t kSetupTokens = QPB == 1 ? 512 : 448;
 template <int QPB, int BK>
 inline constexpr int64_t kSetupChunks = (kSetupTokens<QPB> + BK - 1) / BK;
 
