@@ -132,6 +132,34 @@ def test_bf16_weights_and_weight_scale(variant):
     assert_matches(out, reference(case, weights=w16, weight_scale=-0.75), variant)
 
 
+def test_power_of_two_weights_scale_the_logits_exactly(variant):
+    """Weights scaled by 2^40 or 2^-40 (far outside f16's range) scale every logit by exactly that: sm90's
+    mma_head_sum holds each row's weights relative to its largest, a power of two applied after the sum."""
+    case = make_case([400], causal_rows(0, 390, 8), variant)
+    base = run_op(case, variant)
+    for k in (40, -40):
+        assert torch.equal(run_op(case, variant, weights=case.weights * 2.0**k), base * 2.0**k), k
+
+
+def test_weights_spread_over_a_row(variant):
+    """One row's heads weighted up to 2^14 apart stay within the instance's bound (sm90's mma_head_sum:
+    f16 high and low parts of each weight relative to the row's largest, ~22 bits down to 2^-14 of it)."""
+    case = make_case([400], causal_rows(0, 390, 8), variant)
+    spread = 2.0 ** torch.randint(-7, 8, case.weights.shape, generator=torch.Generator().manual_seed(5))
+    w = case.weights * spread.to(case.weights.device)
+    assert_matches(run_op(case, variant, weights=w), reference(case, weights=w), variant)
+
+
+def test_infinite_weight_follows_ieee(variant):
+    """An infinite weight gives infinities where its head's qk is positive and NaN where it is not (inf * 0)."""
+    case = make_case([400], causal_rows(0, 390, 8), variant)
+    w = case.weights.clone()
+    w[3, 17] = float("inf")
+    ref = reference(case, weights=w)
+    assert torch.isinf(ref[3]).any() and torch.isnan(ref[3]).any()
+    assert_matches(run_op(case, variant, weights=w), ref, variant)
+
+
 def test_repeated_calls_are_deterministic(variant):
     case = make_case([2000, 900], causal_rows(0, 1990, 8) + causal_rows(1, 890, 8), variant)
     p = make_plan(case, variant)
