@@ -674,8 +674,12 @@ __global__ void __maxnreg__(T::MAX_REGISTERS) logits_kernel(const __grid_constan
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  if constexpr (T::MMA_HEAD_SUM) {
-    for (int e = threadIdx.x; e < int(sizeof sh.hs_b / 16); e += T::THREADS) reinterpret_cast<uint4*>(sh.hs_b)[e] = uint4{0, 0, 0, 0};
+  if constexpr (T::MMA_HEAD_SUM) {  // by math threads: their proxy fence in head_sum_weights covers these too
+    if (threadIdx.x < T::MATH_THREADS) {
+      for (int e = threadIdx.x; e < int(sizeof sh.hs_b / 16); e += T::MATH_THREADS) {
+        reinterpret_cast<uint4*>(sh.hs_b)[e] = uint4{0, 0, 0, 0};
+      }
+    }
     if (threadIdx.x < T::Q_PER_BLOCK) sh.wexp[threadIdx.x] = 0;
   }
   __syncthreads();
