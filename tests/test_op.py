@@ -143,7 +143,7 @@ def test_power_of_two_weights_scale_the_logits_exactly(variant):
 
 def test_weights_spread_over_a_row(variant):
     """One row's heads weighted up to 2^14 apart stay within the instance's bound (sm90's mma_head_sum:
-    f16 high and low parts of each weight relative to the row's largest, ~22 bits down to 2^-14 of it)."""
+    f16 high and low parts of each weight relative to the row's largest: held to ~2^-25 of it)."""
     case = make_case([400], causal_rows(0, 390, 8), variant)
     spread = 2.0 ** torch.randint(-7, 8, case.weights.shape, generator=torch.Generator().manual_seed(5))
     w = case.weights * spread.to(case.weights.device)

@@ -494,7 +494,7 @@ __device__ inline void reduce_store(const Shared<T>& sh, const float (&d)[kRows 
 
 // ---- mma_head_sum ----------------------------------------------------------------------------
 // The head sum's B: k-step s = 4 r + h / 16 holds row r's heads h, column 2 r their high f16 parts
-// and 2 r + 1 the low ones (relative to the row's wscale, hi + lo keeps ~22 bits of a weight);
+// and 2 r + 1 the low ones (relative to the row's wscale, hi + lo hold a weight to ~2^-25 of it);
 // every other column is zero (set once, at the kernel's start). D columns 2 (l % 4) and
 // 2 (l % 4) + 1 of lane l are then row l % 4's sum.
 
