@@ -245,6 +245,25 @@ def test_scale_blocks_far_apart(variant, side, num_ctas):
     assert_matches(run_op(case, variant, num_ctas=num_ctas), reference(case), variant)
 
 
+@pytest.mark.parametrize("num_ctas", [None, 1])
+def test_exact_path_in_some_tiles(variant, num_ctas):
+    """Sequences 0 and 2 have pages the fp8 path cannot hold, 1 and 3 none, and sequence 4's query
+    heads need the exact path. On one CTA only some of its tiles need the queries in bf16: sm90
+    builds them for just those tiles (so the builds and the tiles are counted apart), and a stale or
+    missing build shows in the logits."""
+    contexts = [300, 260, 200, 330, 150]
+    rows = [(s, 0, n) for s, n in enumerate(contexts) for _ in range(3)]
+    case = make_case(contexts, rows, variant, seed=31)
+    for seq in (0, 2):
+        pages = case.block_tables[seq, 1:(contexts[seq] + 63) // 64:2].long()
+        case.kv_scale[pages, :, 0] = (case.kv_scale[pages, :, 1:].amax(dim=-1) + 20).clamp(max=254)
+        case.q[3 * seq : 3 * seq + 3, :, :16] = 0
+    q4 = slice(12, 15)
+    case.q_scale[q4, :, 0] = (case.q_scale[q4, :, 1:].amax(dim=-1) + 20).clamp(max=254)
+    case.kv_cache[case.block_tables[4, :3].long(), :, :16] = 0
+    assert_matches(run_op(case, variant, num_ctas=num_ctas), reference(case), variant)
+
+
 # ---- torch.library ---------------------------------------------------------------------------
 
 

@@ -6,8 +6,9 @@
 // and its factor, and whether the whole page fits the fp8 path. Math warpgroups take the pages
 // round-robin, convert the FP4 keys to e5m2 (bf16 on the exact path) straight into wgmma A
 // registers, multiply them with the tile's queries (converted once per record into shared
-// memory) and reduce relu(qk) * w over the heads: in fp32 registers, or (mma_head_sum, fp8 pages)
-// as f16 A fragments of a second wgmma against the weights. The guard keeps device code off every
+// memory; to bf16 only for a record that meets the exact path) and reduce relu(qk) * w over the
+// heads: in fp32 registers, or (mma_head_sum, fp8 pages) as f16 A fragments of a second wgmma
+// against the weights. The guard keeps device code off every
 // other pass; the launch functions exist on all of them.
 #pragma once
 
@@ -47,7 +48,7 @@ struct TileRow {
 template <class T>
 struct alignas(128) Shared {
   uint8_t q8[T::N * kHeadDim];                      // wgmma B: the tile's queries in e5m2 (atom::b_offset)
-  uint8_t q16[T::N * kHeadDim * 2];                 // and in bf16, for the exact path
+  uint8_t q16[T::N * kHeadDim * 2];                 // and in bf16, for the exact path (build_q16)
   uint8_t kv[T::STAGES][kSlotBytes];                // one page per slot: values, then scales
   TokenMeta meta[T::STAGES][kPageSize];             // the check warps' reading of each slot's scales
   float w[T::Q_PER_BLOCK][kHeads];                  // weight_scale * weights * 2^(m_h - 127)
@@ -55,6 +56,7 @@ struct alignas(128) Shared {
   // exponent E and wscale = 2^(E - 127)
   alignas(128) uint8_t hs_b[T::MMA_HEAD_SUM ? T::Q_PER_BLOCK * kHeads / 16 * atom::kHeadSumStepBytes : 16];
   uint32_t wexp[T::Q_PER_BLOCK];
+  uint32_t math_tile, q16_tile, q16_claim;          // ensure_q16's flags: the tiles begun, in q16, claimed
   float wscale[T::Q_PER_BLOCK];
   TileRow rows[T::Q_PER_BLOCK];
   int32_t fp8[T::STAGES];                           // every token of the slot's page fits the fp8 path
@@ -155,6 +157,137 @@ __device__ void for_each_record(const KernelArgs& a, const CtaRange& range, F&& 
       });
 }
 
+// Where a query unit's 32-bit stores go in B: step s of block b (quad lane b) for column n. Step s
+// is a 4-byte register of convert::'s k order (Fp8: word s / 2, nibble half s % 2; Bf16: register
+// s), and B is linear in those steps above the quad lane (checked below), so a unit takes one
+// address plus constant offsets; computed per store, the addresses were most of the tile's
+// conversion instructions (the H200's SASS: ~460 per unit).
+template <class K>
+MXL_HD constexpr int logical_k(int b, int s) {
+  if constexpr (K::kBytes == 1) {
+    return convert::fp8_logical_k(b, s / 2, s % 2, 0);
+  } else {
+    return convert::bf16_logical_k(b, s, 0);
+  }
+}
+template <class K>
+MXL_HD constexpr int unit_offset(int b, int n) { return atom::b_offset<K>(logical_k<K>(b, 0), n); }
+template <class K>
+MXL_HD constexpr int step_offset(int s) { return atom::b_offset<K>(logical_k<K>(0, s), 0); }
+template <class K>
+constexpr bool unit_steps_linear() {
+  constexpr int kSteps = kScaleBlock * K::kBytes / 4;  // 4-byte registers of a block
+  for (int b = 0; b < kRowScales; ++b) {
+    for (int s = 0; s < kSteps; ++s) {
+      for (int n = 0; n < 16; ++n) {
+        if (atom::b_offset<K>(logical_k<K>(b, s), n) != unit_offset<K>(b, n) + step_offset<K>(s)) return false;
+      }
+    }
+  }
+  return true;
+}
+static_assert(unit_steps_linear<atom::Fp8>() && unit_steps_linear<atom::Bf16>(), "B is not linear in a unit's steps");
+
+// ---- the tile's queries in bf16, for the exact path ------------------------------------------------
+// Most tiles never meet a page the fp8 path cannot hold (PERF.md), so q16 is built only for a tile
+// that does, by the first check warp to find such a page (any page, when the tile's own queries may
+// need the exact path), before that page is marked checked. Built for every tile, it was ~1,000
+// cycles of each tile's start, on the math warps; built by them on demand, ptxas spilled their page
+// loop. A tile is named by its first page's place in the CTA's sequence, plus one. The check warps
+// may run tiles ahead of the math warps, so the flags below hold names under release and acquire,
+// not mbarrier phases. (compute-sanitizer's racecheck does not follow them: it reports the builds of
+// different tiles by different check warps as write-after-write hazards.)
+
+// Units t, t + kThreads, ... of the tile as the exact path's bf16 B, loaded again (from L2) a batch
+// at a time, the batch's loads issued together. Rows past the tile are zeros.
+template <class T, int kThreads>
+__device__ void build_q16(const KernelArgs& a, Shared<T>& sh, const CtaRecord& r, int rows, int t) {
+  constexpr int kUnits = T::Q_PER_BLOCK * kHeads * kRowScales, kPer = (kUnits + kThreads - 1) / kThreads;
+  constexpr int kBatch = kPer < 8 ? kPer : 8;
+  static_assert(kPer % kBatch == 0, "whole batches of units per thread");
+#pragma unroll 1
+  for (int k0 = 0; k0 < kPer; k0 += kBatch) {
+    uint4 words[kBatch];
+    uint32_t scales[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int u = t + (k0 + j) * kThreads, i = u / (kHeads * kRowScales), h = u / kRowScales % kHeads;
+      words[j] = make_uint4(0, 0, 0, 0);
+      scales[j] = 0;  // spread 0: a zero row stays zero
+      if (u < kUnits && i < rows) {
+        const int64_t head = (int64_t(r.row_id) + i) * kHeads + h;
+        words[j] = *reinterpret_cast<const uint4*>(a.q + head * kRowBytes + u % kRowScales * (kScaleBlock / 2));
+        scales[j] = *reinterpret_cast<const uint32_t*>(a.q_scale + head * kRowScales);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int u = t + (k0 + j) * kThreads, b = u % kRowScales;
+      if (u < kUnits) {
+        const uint32_t m = convert::max_exponent(scales[j]);
+        const uint32_t mult = convert::bf16_multiplier(convert::byte_of(convert::spreads(scales[j], m), b));
+        uint8_t* q16 = sh.q16 + unit_offset<atom::Bf16>(b, u / kRowScales);  // column row * kHeads + head
+#pragma unroll
+        for (int R = 0; R < kScaleBlock / 2; ++R) {
+          *reinterpret_cast<uint32_t*>(q16 + step_offset<atom::Bf16>(R)) = convert::bf16_pair(R, words[j], mult);
+        }
+      }
+    }
+  }
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic writes -> wgmma reads
+}
+
+// Whether a tile's queries may need the exact path, read by a check warp from their scales alone: a head
+// whose blocks' exponents spread past the fp8 path. (The math warps also let an all-zero block pass,
+// so they may yet take fp8: a q16 built then goes unused.)
+template <class T>
+__device__ bool queries_may_need_q16(const KernelArgs& a, const CtaRecord& r, int rows) {
+  bool far = false;
+#pragma unroll
+  for (int n = threadIdx.x % 32; n < T::Q_PER_BLOCK * kHeads; n += 32) {  // n = row * kHeads + head
+    if (n / kHeads < rows) {
+      const uint32_t sc = *reinterpret_cast<const uint32_t*>(a.q_scale + (int64_t(r.row_id) * kHeads + n) * kRowScales);
+      far = far || !convert::fp8_exact(convert::max_exponent(sc) - convert::min_exponent(sc));
+    }
+  }
+  return __any_sync(0xFFFFFFFFu, far);
+}
+
+__device__ inline uint32_t load_acquire(const uint32_t& x) {
+  uint32_t v;
+  asm volatile("ld.acquire.cta.shared::cta.u32 %0, [%1];\n" : "=r"(v) : "r"(smem(&x)) : "memory");
+  return v;
+}
+__device__ inline void store_release(uint32_t& x, uint32_t v) {
+  asm volatile("st.release.cta.shared::cta.u32 [%0], %1;\n" ::"r"(smem(&x)), "r"(v) : "memory");
+}
+// Lane 0 waits until x >= v; the warp then sees what was written before x was released.
+__device__ inline void warp_wait_at_least(const uint32_t& x, uint32_t v) {
+  if (threadIdx.x % 32 == 0) {
+    while (load_acquire(x) < v) {
+    }
+  }
+  __syncwarp();
+}
+
+// A check warp with a page the exact path takes, of the tile whose first page is g0: returns once the
+// tile's q16 is in shared memory. It waits for the math warps to begin the tile (the previous tile's
+// q16 is then no longer read; they cannot pass the tile before this page is checked); the first such
+// warp builds it, the other waits for that build. No builder waits on anything but global loads.
+template <class T>
+__device__ void ensure_q16(const KernelArgs& a, Shared<T>& sh, const CtaRecord& r, int rows, uint32_t g0) {
+  const uint32_t tile = g0 + 1;
+  warp_wait_at_least(sh.math_tile, tile);
+  uint32_t before = tile;
+  if (threadIdx.x % 32 == 0 && load_acquire(sh.q16_tile) < tile) before = atomicMax(&sh.q16_claim, tile);
+  if (__shfl_sync(0xFFFFFFFFu, before, 0) < tile) {  // this warp's to build
+    build_q16<T, 32>(a, sh, r, rows, threadIdx.x % 32);
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) store_release(sh.q16_tile, tile);
+  }
+  warp_wait_at_least(sh.q16_tile, tile);
+}
+
 // ---- copy and check warps ----------------------------------------------------------------------
 
 // Lane 0 brings page g into its slot once the slot is free: values and scales in one copy when
@@ -206,11 +339,10 @@ __device__ void copy_pages(const KernelArgs& a, Shared<T>& sh, const CtaRange& r
 }
 
 // Landed page g's scales, read once for every math warpgroup by one check warp: per token the
-// spreads and factor (TokenMeta), and whether every block of every token fits the fp8 path (the
-// operand kind must be uniform over a warpgroup). Each lane arrives on the slot's `checked`
-// (count 32).
+// spreads and factor (TokenMeta). Returns whether every block of every token fits the fp8 path (the
+// operand kind must be uniform over a warpgroup).
 template <class T>
-__device__ void check_page(Shared<T>& sh, const Slots<T>& slots, uint32_t g, int lane) {
+__device__ bool check_page(Shared<T>& sh, const Slots<T>& slots, uint32_t g, int lane) {
   const uint32_t s = Slots<T>::slot(g);
   mbar_wait(slots.full(g), Slots<T>::parity(g));
   const auto* scales = reinterpret_cast<const uint32_t*>(sh.kv[s] + kPageValueBytes);
@@ -223,53 +355,29 @@ __device__ void check_page(Shared<T>& sh, const Slots<T>& slots, uint32_t g, int
   }
   fp8 = __all_sync(0xFFFFFFFFu, fp8);
   if (lane == 0) sh.fp8[s] = fp8;
-  mbar_arrive(slots.checked(g));
+  return fp8;
 }
 
-// Check warp k reads pages k, k + CHECKERS, ... of the CTA's sequence.
+// Check warp k reads pages k, k + CHECKERS, ... of the CTA's sequence. Each lane arrives on the
+// slot's `checked` (count 32), for a page of the exact path once the tile's q16 is there.
 template <class T>
 __device__ void check_pages(const KernelArgs& a, Shared<T>& sh, const CtaRange& range, int k) {
   const int lane = threadIdx.x % 32;
   const Slots<T> slots(sh);
-  for_each_record<T>(a, range, [&](uint32_t g0, const CtaRecord&, const records::Span&, const PageRun& run) {
+  for_each_record<T>(a, range, [&](uint32_t g0, const CtaRecord& r, const records::Span& span, const PageRun& run) {
+    const bool tile_fp8 = !queries_may_need_q16<T>(a, r, span.rows);
+    bool q16 = false;
     for (int32_t i = first_turn(g0, k, T::CHECKERS); i < run.count; i += T::CHECKERS) {
-      check_page<T>(sh, slots, g0 + uint32_t(i), lane);
+      const uint32_t g = g0 + uint32_t(i);
+      const bool exact = !(check_page<T>(sh, slots, g, lane) && tile_fp8);
+      if (exact && !q16) ensure_q16<T>(a, sh, r, span.rows, g0);
+      q16 = q16 || exact;
+      mbar_arrive(slots.checked(g));
     }
   });
 }
 
 // ---- math warpgroups --------------------------------------------------------------------------
-
-// Where a query unit's 32-bit stores go in B: step s of block b (quad lane b) for column n. Step s
-// is a 4-byte register of convert::'s k order (Fp8: word s / 2, nibble half s % 2; Bf16: register
-// s), and B is linear in those steps above the quad lane (checked below), so a unit takes one
-// address plus constant offsets; computed per store, the addresses were most of the tile's
-// conversion instructions (the H200's SASS: ~460 per unit).
-template <class K>
-MXL_HD constexpr int logical_k(int b, int s) {
-  if constexpr (K::kBytes == 1) {
-    return convert::fp8_logical_k(b, s / 2, s % 2, 0);
-  } else {
-    return convert::bf16_logical_k(b, s, 0);
-  }
-}
-template <class K>
-MXL_HD constexpr int unit_offset(int b, int n) { return atom::b_offset<K>(logical_k<K>(b, 0), n); }
-template <class K>
-MXL_HD constexpr int step_offset(int s) { return atom::b_offset<K>(logical_k<K>(0, s), 0); }
-template <class K>
-constexpr bool unit_steps_linear() {
-  constexpr int kSteps = kScaleBlock * K::kBytes / 4;  // 4-byte registers of a block
-  for (int b = 0; b < kRowScales; ++b) {
-    for (int s = 0; s < kSteps; ++s) {
-      for (int n = 0; n < 16; ++n) {
-        if (atom::b_offset<K>(logical_k<K>(b, s), n) != unit_offset<K>(b, n) + step_offset<K>(s)) return false;
-      }
-    }
-  }
-  return true;
-}
-static_assert(unit_steps_linear<atom::Fp8>() && unit_steps_linear<atom::Bf16>(), "B is not linear in a unit's steps");
 
 // The exponent field of a finite float, 0 for infinities and NaN.
 __device__ inline uint32_t finite_exponent(float x) {
@@ -277,9 +385,9 @@ __device__ inline uint32_t finite_exponent(float x) {
   return e == 0xFFu ? 0u : e;
 }
 
-// The query tile as wgmma B in both operand kinds (convert:: k order), its folded weights, its
-// rows' windows. Returns whether every head of the tile fits the fp8 path. Rows past the tile
-// are zeros and write nothing.
+// The query tile as the fp8 path's wgmma B (convert:: k order), its folded weights, its rows'
+// windows. Returns whether every head of the tile fits the fp8 path. Rows past the tile are zeros
+// and write nothing.
 template <class T>
 __device__ bool load_tile(const KernelArgs& a, Shared<T>& sh, const CtaRecord& r, const records::Span& span, int tid) {
   // Unit u = (row i, head h, block b). Every load of the thread's units and of its row's window is
@@ -328,12 +436,6 @@ __device__ bool load_tile(const KernelArgs& a, Shared<T>& sh, const CtaRecord& r
         if constexpr (T::MMA_HEAD_SUM) atomicMax(&sh.wexp[i], finite_exponent(w));
       }
       fp8 = fp8 && (convert::fp8_exact(d) || convert::zero_block(cur.words));
-      const uint32_t mult = convert::bf16_multiplier(d);
-      uint8_t* q16 = sh.q16 + unit_offset<atom::Bf16>(b, n);
-#pragma unroll
-      for (int R = 0; R < kScaleBlock / 2; ++R) {
-        *reinterpret_cast<uint32_t*>(q16 + step_offset<atom::Bf16>(R)) = convert::bf16_pair(R, cur.words, mult);
-      }
       const uint2 table = convert::fp8_table(d);
       uint8_t* q8 = sh.q8 + unit_offset<atom::Fp8>(b, n);
 #pragma unroll
@@ -647,6 +749,7 @@ __device__ void consume(const KernelArgs& a, Shared<T>& sh, const CtaRange& rang
     const bool fp8 = load_tile<T>(a, sh, r, span, tid);
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic writes -> wgmma reads
     const bool tile_fp8 = math_all(fp8, T::MATH_THREADS);
+    if (tid == 0) store_release(sh.math_tile, g + 1);  // the previous tile's q16 is no longer read
     if constexpr (T::MMA_HEAD_SUM) {
       head_sum_weights<T>(sh, tid);
       math_barrier(T::MATH_THREADS);
@@ -682,6 +785,7 @@ __global__ void __maxnreg__(T::MAX_REGISTERS) logits_kernel(const __grid_constan
     }
     if (threadIdx.x < T::Q_PER_BLOCK) sh.wexp[threadIdx.x] = 0;
   }
+  if (threadIdx.x == 0) sh.math_tile = sh.q16_tile = sh.q16_claim = 0;
   __syncthreads();
   if (threadIdx.x >= T::MATH_THREADS) {
     const int warp = (threadIdx.x - T::MATH_THREADS) / 32;
