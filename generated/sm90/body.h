@@ -8,8 +8,8 @@
 // registers, multiply them with the tile's queries (converted once per record into shared
 // memory; to bf16 only for a record that meets the exact path) and reduce relu(qk) * w over the
 // heads: in fp32 registers, or (mma_head_sum, fp8 pages) as f16 A fragments of a second wgmma
-// against the weights. The guard keeps device code off every
-// other pass; the launch functions exist on all of them.
+// against the weights. The guard keeps device code off every other pass; the launch functions
+// exist on all of them.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -156,6 +156,8 @@ __device__ void for_each_record(const KernelArgs& a, const CtaRange& range, F&& 
         g += uint32_t(run.count);
       });
 }
+
+// ---- the query tile in wgmma B ------------------------------------------------------------------
 
 // Where a query unit's 32-bit stores go in B: step s of block b (quad lane b) for column n. Step s
 // is a 4-byte register of convert::'s k order (Fp8: word s / 2, nibble half s % 2; Bf16: register
