@@ -249,8 +249,8 @@ def test_scale_blocks_far_apart(variant, side, num_ctas):
 def test_exact_path_in_some_tiles(variant, num_ctas):
     """Sequences 0 and 2 have pages the fp8 path cannot hold, 1 and 3 none, and sequence 4's query
     heads need the exact path. On one CTA only some of its tiles need the queries in bf16: sm90
-    builds them for just those tiles (so the builds and the tiles are counted apart), and a stale or
-    missing build shows in the logits."""
+    builds them for just those tiles, so a build left from an earlier tile, or a missing one, shows
+    in the logits."""
     contexts = [300, 260, 200, 330, 150]
     rows = [(s, 0, n) for s, n in enumerate(contexts) for _ in range(3)]
     case = make_case(contexts, rows, variant, seed=31)

@@ -190,6 +190,19 @@ constexpr bool unit_steps_linear() {
 }
 static_assert(unit_steps_linear<atom::Fp8>() && unit_steps_linear<atom::Bf16>(), "B is not linear in a unit's steps");
 
+// Query unit (row i, head h, block b) of record r: its head's index in q and weights, and its
+// 32 packed elements and its head's scales, as loads issued together.
+struct QueryUnit {
+  int64_t head;
+  uint4 words;
+  uint32_t scales;
+};
+__device__ inline QueryUnit load_query_unit(const KernelArgs& a, const CtaRecord& r, int i, int h, int b) {
+  const int64_t head = (int64_t(r.row_id) + i) * kHeads + h;
+  return QueryUnit{head, *reinterpret_cast<const uint4*>(a.q + head * kRowBytes + b * (kScaleBlock / 2)),
+                   *reinterpret_cast<const uint32_t*>(a.q_scale + head * kRowScales)};
+}
+
 // ---- the tile's queries in bf16, for the exact path ------------------------------------------------
 // Most tiles never meet a page the fp8 path cannot hold (PERF.md), so q16 is built only for a tile
 // that does, by the first check warp to find such a page (any page, when the tile's own queries may
@@ -217,9 +230,9 @@ __device__ void build_q16(const KernelArgs& a, Shared<T>& sh, const CtaRecord& r
       words[j] = make_uint4(0, 0, 0, 0);
       scales[j] = 0;  // spread 0: a zero row stays zero
       if (u < kUnits && i < rows) {
-        const int64_t head = (int64_t(r.row_id) + i) * kHeads + h;
-        words[j] = *reinterpret_cast<const uint4*>(a.q + head * kRowBytes + u % kRowScales * (kScaleBlock / 2));
-        scales[j] = *reinterpret_cast<const uint32_t*>(a.q_scale + head * kRowScales);
+        const QueryUnit q = load_query_unit(a, r, i, h, u % kRowScales);
+        words[j] = q.words;
+        scales[j] = q.scales;
       }
     }
 #pragma unroll
@@ -408,10 +421,10 @@ __device__ bool load_tile(const KernelArgs& a, Shared<T>& sh, const CtaRecord& r
     const int i = u / (kHeads * kRowScales), h = u / kRowScales % kHeads, b = u % kRowScales;
     x[k] = Unit{make_uint4(0, 0, 0, 0), 0, 0};  // rows past the tile: zeros
     if (u < kUnits && i < span.rows) {
-      const int64_t head = (int64_t(r.row_id) + i) * kHeads + h;
-      x[k].words = *reinterpret_cast<const uint4*>(a.q + head * kRowBytes + b * (kScaleBlock / 2));
-      x[k].scales = *reinterpret_cast<const uint32_t*>(a.q_scale + head * kRowScales);
-      if (b == 0) x[k].weight = records::weight_bits(a, head, a.weights_bf16);
+      const QueryUnit q = load_query_unit(a, r, i, h, b);
+      x[k].words = q.words;
+      x[k].scales = q.scales;
+      if (b == 0) x[k].weight = records::weight_bits(a, q.head, a.weights_bf16);
     }
   }
   if (tid < T::Q_PER_BLOCK) {
