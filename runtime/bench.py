@@ -251,6 +251,13 @@ def sweep_grids(rows: list[tuple[Shape, MqaLogitsVariant]], device, limits, repe
     return results
 
 
+def provenance(arch: str) -> dict:
+    """What a result was measured on: the checkout's commit (None outside git; a device copy's
+    .git may be stale) and the hash of the generated sources the arch's module was built from,
+    which names the code exactly wherever it runs."""
+    return {"git_commit": _git_commit(), "source_hash": manifest().arches[arch].source_hash}
+
+
 def _git_commit() -> str | None:
     here = Path(__file__).resolve().parent
     try:
@@ -359,7 +366,7 @@ def run(args: argparse.Namespace, device: torch.device) -> int:
             "peak_tflops": limits.peak / 1e12,
             "limits_source": limits.source,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "git_commit": _git_commit(),
+            **provenance(arch),
             "quick": quick,
             "scale": scale,
             "repeats": repeats,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from .bench import _device_name, _git_commit
+from .bench import _device_name, provenance
 from .bench_tune_yaml import row_line
 
 COLUMN = 9  # width of a µs column
@@ -105,7 +105,7 @@ def write_json(path: Path, jobs: list, arch: str, device: torch.device, grid: di
         "arch": arch,
         "torch": torch.__version__,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "git_commit": _git_commit(),
+        **provenance(arch),
         "tune": grid,
         "quick": args.quick,
         "repeats": args.repeats,

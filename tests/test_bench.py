@@ -13,6 +13,7 @@ import mxlogits.bench as bench
 import pytest
 import torch
 from mxlogits.__main__ import main
+from mxlogits.manifest import manifest
 from mxlogits.bench_shapes import TABLES, Shape, Work, count_work
 from mxlogits.bench_timing import Limits
 
@@ -109,6 +110,7 @@ def test_quick_run_writes_json(tmp_path):
     doc = json.loads(path.read_text())
     for key in ("device", "torch", "bw_tbps", "peak_tflops", "limits_source", "date", "git_commit", "summary"):
         assert key in doc
+    assert doc["source_hash"] == manifest().arches["cpu"].source_hash  # the code that ran, git or not
     assert doc["quick"] and doc["torch"] == torch.__version__ and doc["device_type"] == "cpu"
     expected = TABLES["decode_mtp1"](16, mx.default_variant("cpu").cta_resident)
     assert [r["shape"] for r in doc["results"]] == [s.label for s in expected]
