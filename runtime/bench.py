@@ -289,7 +289,11 @@ def plot(results: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     tables = list(dict.fromkeys(r["table"] for r in results))
-    fig, axes = plt.subplots(len(tables), 1, figsize=(10, 1.2 + 0.35 * len(results)), squeeze=False)
+    rows = [sum(r["table"] == t for r in results) for t in tables]
+    # Each panel as tall as its rows plus its title and axis, so a 17-row table's labels do not overlap.
+    heights = [n + 2.5 for n in rows]
+    fig, axes = plt.subplots(len(tables), 1, figsize=(10, 0.3 * sum(heights)), squeeze=False,
+                             gridspec_kw={"height_ratios": heights})  # fmt: skip
     for ax, table in zip(axes[:, 0], tables):
         mine = [r for r in results if r["table"] == table]
         ax.barh([r["shape"] for r in mine], [r["roofline_pct"] for r in mine])

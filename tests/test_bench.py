@@ -141,6 +141,26 @@ def test_unknown_table_and_missing_matplotlib_are_clear_errors(capsys, tmp_path)
         assert "pip install 'mxlogits[bench]'" in capsys.readouterr().err
 
 
+def test_plot_gives_each_table_room_for_its_rows(tmp_path):
+    """--plot: one panel per table, each as tall as its rows need (17 decode MTP 1 rows once
+    overlapped their labels in a panel the size of the 3-row ones)."""
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    results = [{"table": f"t{t}", "shape": f"row {i}", "variant": "v", "roofline_pct": 5.0 * (i + 1)}
+               for t, n in enumerate((17, 3)) for i in range(n)]  # fmt: skip
+    bench.plot(results, tmp_path / "p.png")
+    image = Image.open(tmp_path / "p.png").convert("L")
+    width, height = image.size
+    pixels = image.load()
+    # An axes frame's top and bottom edges are the only rows that are dark across most of the width.
+    edges = [y for y in range(height) if sum(pixels[x, y] < 80 for x in range(width)) > 0.6 * width]
+    frames = [y for i, y in enumerate(edges) if i == 0 or y - edges[i - 1] > 2]  # one per line
+    assert len(frames) == 4, frames
+    first, second = frames[1] - frames[0], frames[3] - frames[2]
+    assert first > 2.5 * second
+
+
 def test_host_timing_is_each_calls_wall_time(monkeypatch):
     """On the host call_seconds times each call alone, after one untimed call of each (GPU timing,
     the L2 flush and host_seconds run on the H200: bench/RESULTS.md)."""
