@@ -127,25 +127,22 @@ def test_quick_run_writes_json(tmp_path):
     assert doc["summary"]["decode_mtp1"]["rows"] == len(expected)
 
 
-def test_unknown_table_and_missing_matplotlib_are_clear_errors(capsys, tmp_path):
+def test_unknown_table_and_missing_matplotlib_are_clear_errors(capsys, tmp_path, monkeypatch):
     for argv in (["--help"], ["bench", "--help"]):  # help texts are %-formatted by argparse
         with pytest.raises(SystemExit) as exit_:
             main(argv)
         assert exit_.value.code == 0
     assert main(["bench", "--device", "cpu", "--tables", "decode"]) == 2
     assert "unknown ['decode']" in capsys.readouterr().err
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        assert main(["bench", "--device", "cpu", "--plot", str(tmp_path / "p.png")]) == 2
-        assert "pip install 'mxlogits[bench]'" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed: importing it raises
+    assert main(["bench", "--device", "cpu", "--plot", str(tmp_path / "p.png")]) == 2
+    assert "pip install 'mxlogits[bench]'" in capsys.readouterr().err
 
 
 def test_plot_gives_each_table_room_for_its_rows(tmp_path):
     """--plot: one panel per table, each as tall as its rows need (17 decode MTP 1 rows once
     overlapped their labels in a panel the size of the 3-row ones)."""
-    pytest.importorskip("matplotlib")
-    from PIL import Image
+    from PIL import Image  # matplotlib's own dependency; matplotlib is in the test extra
 
     results = [{"table": f"t{t}", "shape": f"row {i}", "variant": "v", "roofline_pct": 5.0 * (i + 1)}
                for t, n in enumerate((17, 3)) for i in range(n)]  # fmt: skip
