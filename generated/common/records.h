@@ -20,14 +20,21 @@ struct Span {
 MXL_HD inline int64_t lesser(int64_t x, int64_t y) { return x < y ? x : y; }
 MXL_HD inline int64_t greater(int64_t x, int64_t y) { return x < y ? y : x; }
 
+// The first token a record covers, from the record alone (span_of's lo before its checks against
+// the call): a body may start reading before the record is checked, at indices it bounds itself.
+template <int BK>
+MXL_HD inline int64_t first_token(const CtaRecord& r) {
+  return greater(greater(int64_t(r.chunk_start) * BK, r.local_start), 0);
+}
+
 template <int QPB, int BK>
 MXL_HD inline Span span_of(const KernelArgs& a, const CtaRecord& r) {
   const Span none{0, 0, 0};
   if (r.chunk_count <= 0 || r.row_id < 0 || r.row_id >= a.num_rows || r.row_count <= 0) return none;
   if (r.batch_id < 0 || r.batch_id >= a.num_seqs) return none;
   const int64_t rows = lesser(lesser(r.row_count, QPB), int64_t(a.num_rows) - r.row_id);
-  const int64_t c0 = int64_t(r.chunk_start) * BK, c1 = (int64_t(r.chunk_start) + r.chunk_count) * BK;
-  const int64_t lo = greater(greater(c0, r.local_start), 0);
+  const int64_t lo = first_token<BK>(r);
+  const int64_t c1 = (int64_t(r.chunk_start) + r.chunk_count) * BK;
   const int64_t hi = lesser(lesser(c1, r.local_end), a.max_seq_len);
   if (lo >= hi) return none;
   return Span{lo, hi, int(rows)};
