@@ -288,14 +288,14 @@ def plot(results: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    tables = list(dict.fromkeys(r["table"] for r in results))
-    rows = [sum(r["table"] == t for r in results) for t in tables]
+    tables: dict[str, list[dict]] = {}
+    for r in results:
+        tables.setdefault(r["table"], []).append(r)
     # Each panel as tall as its rows plus its title and axis, so a 17-row table's labels do not overlap.
-    heights = [n + 2.5 for n in rows]
+    heights = [len(mine) + 2.5 for mine in tables.values()]
     fig, axes = plt.subplots(len(tables), 1, figsize=(10, 0.3 * sum(heights)), squeeze=False,
                              gridspec_kw={"height_ratios": heights})  # fmt: skip
-    for ax, table in zip(axes[:, 0], tables):
-        mine = [r for r in results if r["table"] == table]
+    for ax, (table, mine) in zip(axes[:, 0], tables.items()):
         ax.barh([r["shape"] for r in mine], [r["roofline_pct"] for r in mine])
         ax.invert_yaxis()
         ax.set_title(f"{table} ({mine[0]['variant']})", fontsize=9)

@@ -13,9 +13,9 @@ import mxlogits.bench as bench
 import pytest
 import torch
 from mxlogits.__main__ import main
-from mxlogits.manifest import manifest
 from mxlogits.bench_shapes import TABLES, Shape, Work, count_work
 from mxlogits.bench_timing import Limits
+from mxlogits.manifest import manifest
 
 # Two sequences: three rows over a 10-token context, then a row and an empty row over 5 tokens.
 HAND = Shape("t", "hand", (10, 5), ((0, 0, 8), (0, 0, 9), (0, 2, 10), (1, 0, 5), (1, 3, 3)))
