@@ -340,7 +340,8 @@ __device__ void copy_pages(const KernelArgs& a, Shared<T>& sh, const CtaRange& r
   // The range's record's first 32 page ids, loaded as soon as the range is here, not after its span
   // (the start's chain: range, span, page ids, page). The index is checked against block_tables
   // alone, so the load is safe whatever the record holds; the walk takes the ids only where it asks
-  // for that very row and first page. Small decode calls: 0.1-0.2 us (bench/RESULTS.md).
+  // for that very row and first page. Small decode calls: 0.1-0.2 us (bench/RESULTS.md). spec_first
+  // is checked before spec_first + lane: a forged chunk_start near INT32_MAX would wrap the sum.
   const CtaRecord& r0 = range.first;
   const int32_t spec_first = int32_t(records::first_token<T::BLOCK_K>(r0) / kPageSize);
   const bool spec = r0.batch_id >= 0 && r0.batch_id < a.num_seqs && spec_first < a.block_table_width;
