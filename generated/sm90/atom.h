@@ -73,6 +73,11 @@ __device__ inline void pin(float (&d)[R]) {
 #pragma unroll
   for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
+template <int R>
+__device__ inline void pin(uint32_t (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+r"(d[i])::"memory");
+}
 template <int S>
 __device__ inline void pin(uint32_t (&frag)[S][4]) {
 #pragma unroll
@@ -105,6 +110,23 @@ struct Mma<Bf16, 64> {
   }
 };
 
+// d (+)= A(a[4]) x B(desc) with f16 accumulators, e5m2 k32: register i packs the f16 pair that fp32
+// registers 2i and 2i + 1 hold (same rows and columns), so N columns take the registers of N / 2 in
+// fp32. A head-sum tile of at most twice pass_columns multiplies so, in one pass.
+template <int N>
+struct Mma16;
+template <>
+struct Mma16<128> {
+  __device__ static void run(uint32_t (&d)[32], const uint32_t (&a)[4], uint64_t desc, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %36, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f16.e5m2.e5m2 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %37, p, 1, 1;\n}\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(accumulate), "l"(desc));
+  }
+};
+
 // ---- the head sum on the tensor cores (the mma_head_sum tunable) --------------------------------
 // The accumulators of 16 consecutive columns (heads) of a pass are, packed in pairs, an A fragment
 // of an f16 k16 step (same rows, k = the column pair): relu(qk) goes to f16 and on as the A
@@ -116,6 +138,13 @@ inline constexpr int kHeadSumColumns = 8;
 __device__ inline uint32_t relu_f16x2(float lo, float hi) {
   uint32_t out;
   asm("cvt.rn.relu.f16x2.f32 %0, %1, %2;" : "=r"(out) : "f"(hi), "f"(lo));
+  return out;
+}
+// relu of an f16 pair (no NaN reaches it either; f16 accumulators of E2M1 products stay below
+// 4,608: no overflow).
+__device__ inline uint32_t relu_f16x2(uint32_t x) {
+  uint32_t out;
+  asm("max.f16x2 %0, %1, %2;" : "=r"(out) : "r"(x), "r"(0u));
   return out;
 }
 

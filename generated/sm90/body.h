@@ -727,6 +727,44 @@ __device__ inline void process_page_mma(const Shared<T>& sh, const Page& p, int3
   store_head_sums<T>(sh, sums, token0, o.f0, o.f1);
 }
 
+// An fp8 page of a one-pass tile (MMA_ONE_PASS): the products into f16 accumulators, their relu in
+// place as the head sum's A fragments (k-step j is columns 16 j .. 16 j + 15, as the accumulators
+// lie), summed over the heads by the second wgmma. On the H200, MTP 2 (128, 128) 127.2-129.1 us
+// against 132.2-134.2 for two fp32 passes of 64 columns (bench/RESULTS.md). Two such passes of 128
+// for a tile of four rows lost (206 against 198 us on MTP 4 (128, 128)): each must retire its head
+// sum before the next overwrites its A, and ptxas spills a word at 96 registers.
+template <class T>
+__device__ inline void process_page_one_pass(const Shared<T>& sh, const Page& p, int32_t token0, uint64_t desc) {
+  using K = atom::Fp8;
+  constexpr int kSteps = kHeadDim / K::kK;
+  const Operands<K> o = Operands<K>::of(p);
+  uint32_t frag[kSteps][4];
+  all_fragments<K>(frag, o, p, std::make_integer_sequence<int, kSteps>{});
+  uint32_t d[T::N / 4];
+  float sums[4];
+  atom::fence();
+#pragma unroll
+  for (int k = 0; k < kSteps; ++k) atom::Mma16<T::N>::run(d, frag[k], desc + atom::b_advance<K>(k, 0), k);
+  atom::commit();
+  atom::wait<0>();
+  atom::pin(d);
+#pragma unroll
+  for (int i = 0; i < T::N / 4; ++i) d[i] = atom::relu_f16x2(d[i]);
+  atom::fence();
+  const uint64_t hs_desc = atom::head_sum_descriptor(sh.hs_b);
+#pragma unroll
+  for (int j = 0; j < T::N / 16; ++j) {
+    const uint32_t a[4] = {d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]};
+    atom::head_sum_mma(sums, a, hs_desc + (uint64_t(j) * atom::kHeadSumStepBytes >> 4), j);
+  }
+  atom::commit();
+  atom::wait<0>();
+  atom::pin(sums);
+  atom::pin(d);
+  atom::pin(frag);
+  store_head_sums<T>(sh, sums, token0, o.f0, o.f1);
+}
+
 // One page in one operand kind: multiplied (in passes of N_PASS columns when the tile has
 // more) and reduced in fp32.
 template <class T, class K>
@@ -762,7 +800,9 @@ __device__ void consume_pages(const Shared<T>& sh, const Slots<T>& slots, bool t
     const Page p = load_page<T>(sh, slots, g + uint32_t(i));
     const int32_t token0 = (first + i) * kPageSize;
     if (tile_fp8 && p.fp8) {
-      if constexpr (T::MMA_HEAD_SUM) {
+      if constexpr (T::MMA_ONE_PASS) {
+        process_page_one_pass<T>(sh, p, token0, desc8);
+      } else if constexpr (T::MMA_HEAD_SUM) {
         process_page_mma<T>(sh, p, token0, desc8);
       } else {
         process_page<T, atom::Fp8>(sh, p, token0, desc8);
