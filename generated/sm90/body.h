@@ -752,8 +752,8 @@ __device__ inline void process_page_one_pass(const Shared<T>& sh, const Page& p,
   for (int i = 0; i < T::N / 4; ++i) d[i] = atom::relu_f16x2(d[i]);
   atom::fence();
   const uint64_t hs_desc = atom::head_sum_descriptor(sh.hs_b);
-  // Each k-step's A as four named values, not issue_head_sum over the accumulators in place: handed
-  // the array, ptxas serializes the kernel's wgmmas (C7511).
+  // Each k-step's A as four named values: accumulators held as [N / 16][4] and handed to
+  // issue_head_sum made ptxas serialize the kernel's wgmmas (C7511).
 #pragma unroll
   for (int j = 0; j < T::N / 16; ++j) {
     const uint32_t a[4] = {d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]};
