@@ -727,9 +727,9 @@ __device__ inline void process_page_mma(const Shared<T>& sh, const Page& p, int3
   store_head_sums<T>(sh, sums, token0, o.f0, o.f1);
 }
 
-// An fp8 page of a one-pass tile (MMA_ONE_PASS): the products into f16 accumulators, their relu in
-// place as the head sum's A fragments (k-step j is columns 16 j .. 16 j + 15, as the accumulators
-// lie), summed over the heads by the second wgmma. On the H200, MTP 2 (128, 128) 127.2-129.1 us
+// An fp8 page of a one-pass tile (MMA_ONE_PASS): the products into f16 accumulators, their relu as
+// the head sum's A fragments (k-step j is columns 16 j .. 16 j + 15, as the accumulators lie),
+// summed over the heads by the second wgmma. On the H200, MTP 2 (128, 128) 127.2-129.1 us
 // against 132.2-134.2 for two fp32 passes of 64 columns (bench/RESULTS.md). Two such passes of 128
 // for a tile of four rows lost (206 against 198 us on MTP 4 (128, 128)): each must retire its head
 // sum before the next overwrites its A, and ptxas spills a word at 96 registers.
@@ -748,21 +748,15 @@ __device__ inline void process_page_one_pass(const Shared<T>& sh, const Page& p,
   atom::commit();
   atom::wait<0>();
   atom::pin(d);
+  uint32_t a[T::N / 16][4];
 #pragma unroll
-  for (int i = 0; i < T::N / 4; ++i) d[i] = atom::relu_f16x2(d[i]);
+  for (int i = 0; i < T::N / 4; ++i) a[i / 4][i % 4] = atom::relu_f16x2(d[i]);
   atom::fence();
-  const uint64_t hs_desc = atom::head_sum_descriptor(sh.hs_b);
-  // Each k-step's A as four named values: accumulators held as [N / 16][4] and handed to
-  // issue_head_sum made ptxas serialize the kernel's wgmmas (C7511).
-#pragma unroll
-  for (int j = 0; j < T::N / 16; ++j) {
-    const uint32_t a[4] = {d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]};
-    atom::head_sum_mma(sums, a, hs_desc + (uint64_t(j) * atom::kHeadSumStepBytes >> 4), j);
-  }
+  issue_head_sum<T::N>(sums, a, atom::head_sum_descriptor(sh.hs_b), 0);
   atom::commit();
   atom::wait<0>();
   atom::pin(sums);
-  atom::pin(d);
+  atom::pin(a);
   atom::pin(frag);
   store_head_sums<T>(sh, sums, token0, o.f0, o.f1);
 }
