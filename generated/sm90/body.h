@@ -684,6 +684,18 @@ __device__ inline void store_head_sums(const Shared<T>& sh, const float (&sums)[
   store_if(r.out + t1, (sums[2] + sums[3]) * scale * f1, mine && t1 >= r.from && t1 < r.to);
 }
 
+// Once a page's last head sum retires (its A and the page's fragments pinned live until then), its sums
+// go out.
+template <class T, int J, int S>
+__device__ inline void retire_and_store(const Shared<T>& sh, float (&sums)[4], uint32_t (&a)[J][4],
+                                        uint32_t (&frag)[S][4], int32_t token0, const Operands<atom::Fp8>& o) {
+  atom::wait<0>();
+  atom::pin(sums);
+  atom::pin(a);
+  atom::pin(frag);
+  store_head_sums<T>(sh, sums, token0, o.f0, o.f1);
+}
+
 // One pass: every k-step of the page's fragments against columns [n0, n0 + N) of the tile, committed.
 template <class K, int N, int kSteps>
 __device__ inline void issue_pass(float (&d)[N / 2], const uint32_t (&frag)[kSteps][4], uint64_t desc, int n0) {
@@ -720,11 +732,7 @@ __device__ inline void process_page_mma(const Shared<T>& sh, const Page& p, int3
       atom::commit();
     }
   }
-  atom::wait<0>();
-  atom::pin(sums);
-  atom::pin(a);
-  atom::pin(frag);
-  store_head_sums<T>(sh, sums, token0, o.f0, o.f1);
+  retire_and_store<T>(sh, sums, a, frag, token0, o);
 }
 
 // An fp8 page of a one-pass tile (MMA_ONE_PASS): the products into f16 accumulators, their relu as
@@ -754,11 +762,7 @@ __device__ inline void process_page_one_pass(const Shared<T>& sh, const Page& p,
   atom::fence();
   issue_head_sum<T::N>(sums, a, atom::head_sum_descriptor(sh.hs_b), 0);
   atom::commit();
-  atom::wait<0>();
-  atom::pin(sums);
-  atom::pin(a);
-  atom::pin(frag);
-  store_head_sums<T>(sh, sums, token0, o.f0, o.f1);
+  retire_and_store<T>(sh, sums, a, frag, token0, o);
 }
 
 // One page in one operand kind: multiplied (in passes of N_PASS columns when the tile has
