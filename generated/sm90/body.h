@@ -696,13 +696,18 @@ __device__ inline void retire_and_store(const Shared<T>& sh, float (&sums)[4], u
   store_head_sums<T>(sh, sums, token0, o.f0, o.f1);
 }
 
-// One pass: every k-step of the page's fragments against columns [n0, n0 + N) of the tile, committed.
-template <class K, int N, int kSteps>
-__device__ inline void issue_pass(float (&d)[N / 2], const uint32_t (&frag)[kSteps][4], uint64_t desc, int n0) {
+// One pass: every k-step of the page's fragments against columns [n0, n0 + N) of the tile by the wgmma
+// Op (atom::Mma<K, N>, or atom::Mma16<N> into f16 accumulators), committed.
+template <class K, class Op, class D, int kSteps>
+__device__ inline void issue_pass_with(D& d, const uint32_t (&frag)[kSteps][4], uint64_t desc, int n0) {
   atom::fence();
 #pragma unroll
-  for (int k = 0; k < kSteps; ++k) atom::Mma<K, N>::run(d, frag[k], desc + atom::b_advance<K>(k, n0), k);
+  for (int k = 0; k < kSteps; ++k) Op::run(d, frag[k], desc + atom::b_advance<K>(k, n0), k);
   atom::commit();
+}
+template <class K, int N, int kSteps>
+__device__ inline void issue_pass(float (&d)[N / 2], const uint32_t (&frag)[kSteps][4], uint64_t desc, int n0) {
+  issue_pass_with<K, atom::Mma<K, N>>(d, frag, desc, n0);
 }
 
 // An fp8 page with the head sum on the tensor cores: pass p's head sum is issued with pass p + 1's
@@ -750,10 +755,7 @@ __device__ inline void process_page_one_pass(const Shared<T>& sh, const Page& p,
   all_fragments<K>(frag, o, p, std::make_integer_sequence<int, kSteps>{});
   uint32_t d[T::N / 4];
   float sums[4];
-  atom::fence();
-#pragma unroll
-  for (int k = 0; k < kSteps; ++k) atom::Mma16<T::N>::run(d, frag[k], desc + atom::b_advance<K>(k, 0), k);
-  atom::commit();
+  issue_pass_with<K, atom::Mma16<T::N>>(d, frag, desc, 0);
   atom::wait<0>();
   atom::pin(d);
   uint32_t a[T::N / 16][4];
