@@ -27,9 +27,10 @@ struct Traits : Instance, Tunables {
   static constexpr int N = Instance::Q_PER_BLOCK * kHeads;  // every head of every row of the tile
   static constexpr int N_PASS = N < Tunables::pass_columns ? N : Tunables::pass_columns;  // wgmma N of one pass
   static constexpr bool MMA_HEAD_SUM = Tunables::mma_head_sum != 0;
-  // A head-sum tile of at most twice pass_columns takes one pass, in f16 accumulators (the
-  // registers of an fp32 pass): half the product wgmmas of fp32 passes, one wait fewer a page.
-  static constexpr bool MMA_ONE_PASS = MMA_HEAD_SUM && N <= 2 * N_PASS;
+  // A head-sum tile of at most twice pass_columns (and one wgmma wide) takes one pass, in f16
+  // accumulators (the registers of an fp32 pass): half the product wgmmas of fp32 passes, one
+  // wait fewer a page.
+  static constexpr bool MMA_ONE_PASS = MMA_HEAD_SUM && N <= 2 * N_PASS && N <= 256;  // wgmma's widest N
   static constexpr int KV_ALIGN = 16;  // bulk copies need 16-byte aligned pages and strides
   static constexpr int Q_ALIGN = 16, Q_SCALE_ALIGN = 4;  // a query block is one 16-byte load, a head's scales one word
   static constexpr int64_t SMEM_BUDGET = 232448;
