@@ -112,8 +112,8 @@ struct Mma<Bf16, 64> {
 
 // d (+)= A(a[4]) x B(desc) with f16 accumulators, e5m2 k32: register i packs the f16 pair that fp32
 // registers 2i and 2i + 1 hold (same rows and columns), so N columns take the registers of N / 2 in
-// fp32. Defined for every instance's whole tile; the traits' MMA_ONE_PASS says which tiles multiply
-// so, in one pass (only a width a kernel uses is ever assembled).
+// fp32. Defined for every instance's f16 pass (the traits' N_F16: the tile, at most twice
+// pass_columns); only a width a kernel uses is ever assembled.
 template <int N>
 struct Mma16;
 template <>
@@ -138,31 +138,13 @@ struct Mma16<128> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(accumulate), "l"(desc));
   }
 };
-template <>
-struct Mma16<256> {
-  __device__ static void run(uint32_t (&d)[64], const uint32_t (&a)[4], uint64_t desc, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %68, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k32.f16.e5m2.e5m2 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %69, p, 1, 1;\n}\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]), "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]), "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(accumulate), "l"(desc));
-  }
-};
 
 // ---- the head sum on the tensor cores (the mma_head_sum tunable) --------------------------------
-// The accumulators of 16 consecutive columns (heads) of a pass are, packed in pairs, an A fragment
-// of an f16 k16 step (same rows, k = the column pair): relu(qk) goes to f16 and on as the A
-// operand of a second wgmma, against the weights (B: 16 heads x 8 columns), with no data movement.
+// The f16 accumulators of 16 consecutive columns (heads) of a pass are an A fragment of an f16 k16
+// step (same rows, k = the column pair): relu(qk) goes on as the A operand of a second wgmma,
+// against the weights (B: 16 heads x 8 columns), with no data movement.
 inline constexpr int kHeadSumColumns = 8;
 
-// relu(lo), relu(hi) rounded to f16, packed (lo in the low half). A NaN would stay NaN, but none
-// reaches it (sm90's dot products of E2M1 values are finite).
-__device__ inline uint32_t relu_f16x2(float lo, float hi) {
-  uint32_t out;
-  asm("cvt.rn.relu.f16x2.f32 %0, %1, %2;" : "=r"(out) : "f"(hi), "f"(lo));
-  return out;
-}
 // relu of an f16 pair (no NaN reaches it either; f16 accumulators of E2M1 products stay below
 // 4,608: no overflow).
 __device__ inline uint32_t relu_f16x2(uint32_t x) {

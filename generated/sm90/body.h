@@ -96,6 +96,16 @@ __device__ inline void store_if(float* p, float v, bool store) {
   asm volatile("{\n.reg .pred s;\nsetp.ne.u32 s, %2, 0;\n@s st.global.f32 [%0], %1;\n}\n" ::"l"(__cvta_generic_to_global(p)),
                "f"(v), "r"(uint32_t(store)));
 }
+// This warpgroup's registers per thread: raised above the launch's (from those the others gave
+// back; it waits for them) or lowered (given back).
+template <int kRegisters, bool kRaise>
+__device__ inline void set_registers() {
+  if constexpr (kRaise) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+  } else {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+  }
+}
 __device__ inline void math_barrier(int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"n"(kMathBarrier), "r"(threads) : "memory");
 }
@@ -218,7 +228,10 @@ __device__ inline QueryUnit load_query_unit(const KernelArgs& a, const CtaRecord
 template <class T, int kThreads>
 __device__ void build_q16(const KernelArgs& a, Shared<T>& sh, const CtaRecord& r, int rows, int t) {
   constexpr int kUnits = T::Q_PER_BLOCK * kHeads * kRowScales, kPer = (kUnits + kThreads - 1) / kThreads;
-  constexpr int kBatch = kPer < 8 ? kPer : 8;
+  // A unit's loads hold 5 registers until converted: 8 units a batch at the launch's 96, 2 in the 32
+  // that math_registers leaves the copy and check warps (4 spill there).
+  constexpr int kBatchMax = T::PRODUCER_REGISTERS >= 96 ? 8 : 2;
+  constexpr int kBatch = kPer < kBatchMax ? kPer : kBatchMax;
   static_assert(kPer % kBatch == 0, "whole batches of units per thread");
 #pragma unroll 1
   for (int k0 = 0; k0 < kPer; k0 += kBatch) {
@@ -652,16 +665,6 @@ __device__ void head_sum_weights(Shared<T>& sh, int tid) {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic writes -> wgmma reads
 }
 
-// relu(acc) of a pass as the head sum's A fragments: k-step j takes columns 16 j .. 16 j + 15.
-template <int N>
-__device__ inline void relu_fragments(uint32_t (&a)[N / 16][4], const float (&d)[N / 2]) {
-#pragma unroll
-  for (int j = 0; j < N / 16; ++j) {
-#pragma unroll
-    for (int r = 0; r < 4; ++r) a[j][r] = atom::relu_f16x2(d[8 * j + 2 * r], d[8 * j + 2 * r + 1]);
-  }
-}
-
 // The head sum's wgmmas of one pass (its first k-step is `step0` of B), uncommitted.
 template <int N>
 __device__ inline void issue_head_sum(float (&sums)[4], const uint32_t (&a)[N / 16][4], uint64_t desc, int step0) {
@@ -710,60 +713,38 @@ __device__ inline void issue_pass(float (&d)[N / 2], const uint32_t (&frag)[kSte
   issue_pass_with<K, atom::Mma<K, N>>(d, frag, desc, n0);
 }
 
-// An fp8 page with the head sum on the tensor cores: pass p's head sum is issued with pass p + 1's
-// product, so a warpgroup waits on the tensor cores once a pass, as without it.
+// An fp8 page with the head sum on the tensor cores, in passes of N_F16 columns: the products into
+// f16 accumulators, their relu as the head sum's A fragments (k-step j is columns 16 j .. 16 j + 15,
+// as the accumulators lie), summed over the heads by the second wgmma. A pass's products run under
+// the previous pass's head sum; the head sum's A is rewritten only after that head sum retired. On the
+// H200 (bench/RESULTS.md): one pass of 128 for two rows, MTP 2 (128, 128) 127.2-129.1 us against
+// 132.2-134.2 for two fp32 passes of 64 columns; two passes of 128 for four rows at math_registers
+// 112, MTP 4 (128, 128) 194.9 / 195.4 against 198.5 for four fp32 passes of 64 (at 96 registers
+// ptxas serializes the wgmmas).
 template <class T>
 __device__ inline void process_page_mma(const Shared<T>& sh, const Page& p, int32_t token0, uint64_t desc) {
   using K = atom::Fp8;
-  constexpr int kSteps = kHeadDim / K::kK, kPasses = T::N / T::N_PASS;
+  constexpr int kSteps = kHeadDim / K::kK, kPasses = T::N / T::N_F16;
   const Operands<K> o = Operands<K>::of(p);
-  const uint64_t hs_desc = atom::head_sum_descriptor(sh.hs_b);
   uint32_t frag[kSteps][4];
   all_fragments<K>(frag, o, p, std::make_integer_sequence<int, kSteps>{});
-  float d[T::N_PASS / 2], sums[4];
-  uint32_t a[T::N_PASS / 16][4];
-  issue_pass<K, T::N_PASS>(d, frag, desc, 0);
+  const uint64_t hs_desc = atom::head_sum_descriptor(sh.hs_b);
+  uint32_t d[T::N_F16 / 4], a[T::N_F16 / 16][4];
+  float sums[4];
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
-    atom::wait<0>();
+    issue_pass_with<K, atom::Mma16<T::N_F16>>(d, frag, desc, pass * T::N_F16);
+    atom::wait<0>();  // the products, and the previous pass's head sum
     atom::pin(d);
-    atom::pin(a);
-    relu_fragments<T::N_PASS>(a, d);
-    atom::fence();
-    issue_head_sum<T::N_PASS>(sums, a, hs_desc, pass * T::N_PASS / 16);
-    if (pass + 1 < kPasses) {
-      issue_pass<K, T::N_PASS>(d, frag, desc, (pass + 1) * T::N_PASS);  // commits the head sum with it
-    } else {
-      atom::commit();
-    }
-  }
-  retire_and_store<T>(sh, sums, a, frag, token0, o);
-}
-
-// An fp8 page of a one-pass tile (MMA_ONE_PASS): the products into f16 accumulators, their relu as
-// the head sum's A fragments (k-step j is columns 16 j .. 16 j + 15, as the accumulators lie),
-// summed over the heads by the second wgmma. On the H200, MTP 2 (128, 128) 127.2-129.1 us
-// against 132.2-134.2 for two fp32 passes of 64 columns (bench/RESULTS.md). Two such passes of 128
-// for a tile of four rows lost (206 against 198 us on MTP 4 (128, 128)): each must retire its head
-// sum before the next overwrites its A, and ptxas spills a word at 96 registers.
-template <class T>
-__device__ inline void process_page_one_pass(const Shared<T>& sh, const Page& p, int32_t token0, uint64_t desc) {
-  using K = atom::Fp8;
-  constexpr int kSteps = kHeadDim / K::kK;
-  const Operands<K> o = Operands<K>::of(p);
-  uint32_t frag[kSteps][4];
-  all_fragments<K>(frag, o, p, std::make_integer_sequence<int, kSteps>{});
-  uint32_t d[T::N / 4];
-  float sums[4];
-  issue_pass_with<K, atom::Mma16<T::N>>(d, frag, desc, 0);
-  atom::wait<0>();
-  atom::pin(d);
-  uint32_t a[T::N / 16][4];
+    // The previous pass's A stays put until its head sum retired. Pinned on the first of several
+    // passes too: without, ptxas spills 8 bytes of qlen4_kv64 at 112 registers.
+    if (kPasses > 1) atom::pin(a);
 #pragma unroll
-  for (int i = 0; i < T::N / 4; ++i) a[i / 4][i % 4] = atom::relu_f16x2(d[i]);
-  atom::fence();
-  issue_head_sum<T::N>(sums, a, atom::head_sum_descriptor(sh.hs_b), 0);
-  atom::commit();
+    for (int i = 0; i < T::N_F16 / 4; ++i) a[i / 4][i % 4] = atom::relu_f16x2(d[i]);
+    atom::fence();
+    issue_head_sum<T::N_F16>(sums, a, hs_desc, pass * T::N_F16 / 16);
+    atom::commit();
+  }
   retire_and_store<T>(sh, sums, a, frag, token0, o);
 }
 
@@ -802,9 +783,7 @@ __device__ void consume_pages(const Shared<T>& sh, const Slots<T>& slots, bool t
     const Page p = load_page<T>(sh, slots, g + uint32_t(i));
     const int32_t token0 = (first + i) * kPageSize;
     if (tile_fp8 && p.fp8) {
-      if constexpr (T::MMA_ONE_PASS) {
-        process_page_one_pass<T>(sh, p, token0, desc8);
-      } else if constexpr (T::MMA_HEAD_SUM) {
+      if constexpr (T::MMA_HEAD_SUM) {
         process_page_mma<T>(sh, p, token0, desc8);
       } else {
         process_page<T, atom::Fp8>(sh, p, token0, desc8);
@@ -862,16 +841,19 @@ __global__ void __maxnreg__(T::MAX_REGISTERS) logits_kernel(const __grid_constan
   }
   if (threadIdx.x == 0) sh.math_tile = sh.q16_tile = sh.q16_claim = 0;
   __syncthreads();
+  // One branch per role: ptxas then compiles each within the registers its setmaxnreg gives it.
   if (threadIdx.x >= T::MATH_THREADS) {
+    if constexpr (T::RAISED) set_registers<T::PRODUCER_REGISTERS, false>();
     const int warp = (threadIdx.x - T::MATH_THREADS) / 32;
     if (warp < T::COPIERS) {
       copy_pages<T>(a, sh, range, warp);
     } else {
       check_pages<T>(a, sh, range, warp - T::COPIERS);
     }
-    return;
+  } else {
+    if constexpr (T::RAISED) set_registers<T::MATH_REGISTERS, true>();
+    consume<T>(a, sh, range);
   }
-  consume<T>(a, sh, range);
 #endif
 }
 

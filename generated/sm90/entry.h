@@ -24,6 +24,7 @@ struct Tunables_qlen1_kv64 {
   static constexpr int ctas_per_sm = 1;
   static constexpr int pass_columns = 64;
   static constexpr int mma_head_sum = 0;
+  static constexpr int math_registers = 0;
 };
 using Traits_qlen1_kv64 = Traits<InstanceTraits<1, 64, 132>, Tunables_qlen1_kv64>;
 extern template LaunchStatus launch_schedule<Traits_qlen1_kv64>(const LaunchContext&, const SchedArgs&);
@@ -36,6 +37,7 @@ struct Tunables_qlen2_kv64 {
   static constexpr int ctas_per_sm = 1;
   static constexpr int pass_columns = 64;
   static constexpr int mma_head_sum = 1;
+  static constexpr int math_registers = 0;
 };
 using Traits_qlen2_kv64 = Traits<InstanceTraits<2, 64, 132>, Tunables_qlen2_kv64>;
 extern template LaunchStatus launch_schedule<Traits_qlen2_kv64>(const LaunchContext&, const SchedArgs&);
@@ -48,6 +50,7 @@ struct Tunables_qlen4_kv64 {
   static constexpr int ctas_per_sm = 1;
   static constexpr int pass_columns = 64;
   static constexpr int mma_head_sum = 1;
+  static constexpr int math_registers = 112;
 };
 using Traits_qlen4_kv64 = Traits<InstanceTraits<4, 64, 132>, Tunables_qlen4_kv64>;
 extern template LaunchStatus launch_schedule<Traits_qlen4_kv64>(const LaunchContext&, const SchedArgs&);

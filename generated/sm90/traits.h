@@ -24,19 +24,27 @@ struct Traits : Instance, Tunables {
   // H200, 672 threads at 96 registers fail to launch though 21 warps would fit).
   static constexpr int MAX_REGISTERS_FIT = 65536 / (Tunables::ctas_per_sm * ((THREADS + 127) / 128 * 128)) / 8 * 8;
   static constexpr int MAX_REGISTERS = MAX_REGISTERS_FIT < 255 ? MAX_REGISTERS_FIT : 255;
+  // `math_registers` above that: `setmaxnreg` raises the math warpgroups to it and leaves the copy and
+  // check warpgroup the rest of the launch's registers.
+  static constexpr bool RAISED = Tunables::math_registers > MAX_REGISTERS;
+  static constexpr int MATH_REGISTERS = RAISED ? Tunables::math_registers : MAX_REGISTERS;
+  static constexpr int PRODUCER_REGISTERS = MAX_REGISTERS * (THREADS / 128) - MATH_REGISTERS * MATH_WARPGROUPS;
   static constexpr int N = Instance::Q_PER_BLOCK * kHeads;  // every head of every row of the tile
   static constexpr int N_PASS = N < Tunables::pass_columns ? N : Tunables::pass_columns;  // wgmma N of one pass
   static constexpr bool MMA_HEAD_SUM = Tunables::mma_head_sum != 0;
-  // A head-sum tile of at most twice pass_columns (and one wgmma wide) takes one pass, in f16
-  // accumulators (the registers of an fp32 pass): half the product wgmmas of fp32 passes, one
-  // wait fewer a page.
-  static constexpr bool MMA_ONE_PASS = MMA_HEAD_SUM && N <= 2 * N_PASS && N <= 256;  // wgmma's widest N
+  // The head sum on the tensor cores multiplies in passes of twice pass_columns, in f16 accumulators
+  // (the registers of one fp32 pass): half the product wgmmas of fp32 passes.
+  static constexpr int N_F16 = N < 2 * N_PASS ? N : 2 * N_PASS;
   static constexpr int KV_ALIGN = 16;  // bulk copies need 16-byte aligned pages and strides
   static constexpr int Q_ALIGN = 16, Q_SCALE_ALIGN = 4;  // a query block is one 16-byte load, a head's scales one word
   static constexpr int64_t SMEM_BUDGET = 232448;
   static_assert(N % N_PASS == 0 && N_PASS % kHeads == 0, "passes of whole query rows");
   static_assert(kHeadDim == 128 && kPageSize == 64, "the sm90 body is written for D = 128 and 64-token pages");
   static_assert(STAGES >= MATH_WARPGROUPS, "every math warpgroup needs a page in flight");
+  static_assert(!MMA_HEAD_SUM || (N_F16 <= 256 && N % N_F16 == 0), "mma_head_sum: pass_columns at most 128 (wgmma's widest N is 256)");
+  static_assert(!RAISED || (THREADS % 128 == 0 && MATH_REGISTERS % 8 == 0 && MATH_REGISTERS <= 256 &&
+                            PRODUCER_REGISTERS >= 24 && PRODUCER_REGISTERS % 8 == 0),
+                "math_registers: setmaxnreg takes multiples of 8 in [24, 256] for whole warpgroups");
 };
 
 }  // namespace mxlogits::sm90
