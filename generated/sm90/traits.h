@@ -41,7 +41,9 @@ struct Traits : Instance, Tunables {
   static_assert(N % N_PASS == 0 && N_PASS % kHeads == 0, "passes of whole query rows");
   static_assert(kHeadDim == 128 && kPageSize == 64, "the sm90 body is written for D = 128 and 64-token pages");
   static_assert(STAGES >= MATH_WARPGROUPS, "every math warpgroup needs a page in flight");
-  static_assert(!MMA_HEAD_SUM || (N_F16 <= 256 && N % N_F16 == 0), "mma_head_sum: pass_columns at most 128 (wgmma's widest N is 256)");
+  static_assert(!MMA_HEAD_SUM || (N_F16 <= 256 && N % N_F16 == 0),
+                "mma_head_sum: an f16 pass (the tile, or twice pass_columns) is one wgmma: at most 256 columns");
+  static_assert(Tunables::math_registers == 0 || RAISED, "math_registers: 0, or above the launch's registers");
   static_assert(!RAISED || (THREADS % 128 == 0 && MATH_REGISTERS % 8 == 0 && MATH_REGISTERS <= 256 &&
                             PRODUCER_REGISTERS >= 24 && PRODUCER_REGISTERS % 8 == 0),
                 "math_registers: setmaxnreg takes multiples of 8 in [24, 256] for whole warpgroups");
