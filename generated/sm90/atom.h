@@ -112,21 +112,10 @@ struct Mma<Bf16, 64> {
 
 // d (+)= A(a[4]) x B(desc) with f16 accumulators, e5m2 k32: register i packs the f16 pair that fp32
 // registers 2i and 2i + 1 hold (same rows and columns), so N columns take the registers of N / 2 in
-// fp32. Defined for every instance's f16 pass (the traits' N_F16: the tile, at most twice
-// pass_columns); only a width a kernel uses is ever assembled.
+// fp32. Defined for the f16 pass of every mma_head_sum instance (the traits' N_F16: the tile, at most
+// twice pass_columns).
 template <int N>
 struct Mma16;
-template <>
-struct Mma16<64> {
-  __device__ static void run(uint32_t (&d)[16], const uint32_t (&a)[4], uint64_t desc, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %20, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k32.f16.e5m2.e5m2 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %21, p, 1, 1;\n}\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(accumulate), "l"(desc));
-  }
-};
 template <>
 struct Mma16<128> {
   __device__ static void run(uint32_t (&d)[32], const uint32_t (&a)[4], uint64_t desc, int accumulate) {
