@@ -31,6 +31,7 @@ inline constexpr int kPageValueBytes = kPageSize * kRowBytes;    // 4 KiB
 inline constexpr int kPageScaleBytes = kPageSize * kRowScales;   // 256 B
 inline constexpr int kSlotBytes = kPageValueBytes + kPageScaleBytes;
 inline constexpr int kMathBarrier = 1;  // named barrier of the math warpgroups (0 is __syncthreads)
+inline constexpr int kRingBarrier = 2;  // issue_order's rings: barrier 2 + MATH_WARPGROUPS * pass + warpgroup
 
 // What a check warp leaves per token of a landed page: the spreads m - e_b of its four
 // blocks (one byte each) and its factor 2^(m - 127), NaN for m = 255.
@@ -699,6 +700,36 @@ __device__ inline void retire_and_store(const Shared<T>& sh, float (&sums)[4], u
   store_head_sums<T>(sh, sums, token0, o.f0, o.f1);
 }
 
+// ---- issue order (the issue_order tunable) -------------------------------------------------------
+// A page's turn in its record. Before each f16 pass's products the page's warpgroup waits on its ring
+// (unless the page is the record's first), and after them it passes the ring on to the next page's
+// warpgroup (unless the page is the last). Every page takes every pass's turn once, so each barrier
+// meets one waiting warpgroup and one arriving; a record starts its rings afresh. Left to themselves,
+// the warpgroups drift into phases where their passes share the tensor cores and all finish late; in
+// page order decode MTP 2 (128, 128) took 7% less time and MTP 4 (128, 128) 4% (bench/RESULTS.md).
+struct Turn {
+  bool wait, pass_on;
+};
+template <class T>
+__device__ inline void await_turn(const Turn& t, int pass) {
+  const int ring = kRingBarrier + pass * T::MATH_WARPGROUPS + int(threadIdx.x / 128);
+  if (T::ISSUE_ORDER && t.wait) asm volatile("bar.sync %0, 256;\n" ::"r"(ring) : "memory");
+}
+template <class T>
+__device__ inline void pass_turn(const Turn& t, int pass) {
+  const int ring = kRingBarrier + pass * T::MATH_WARPGROUPS + int(threadIdx.x / 128 + 1) % T::MATH_WARPGROUPS;
+  if (T::ISSUE_ORDER && t.pass_on) asm volatile("bar.arrive %0, 256;\n" ::"r"(ring) : "memory");
+}
+// A page whose products are not ordered (the exact path) takes its turns at once.
+template <class T>
+__device__ inline void take_turns(const Turn& t) {
+#pragma unroll
+  for (int pass = 0; pass < T::ORDERED_PASSES; ++pass) {
+    await_turn<T>(t, pass);
+    pass_turn<T>(t, pass);
+  }
+}
+
 // One pass: every k-step of the page's fragments against columns [n0, n0 + N) of the tile by the wgmma
 // Op (atom::Mma<K, N>, or atom::Mma16<N> into f16 accumulators), committed.
 template <class K, class Op, class D, int kSteps>
@@ -722,7 +753,8 @@ __device__ inline void issue_pass(float (&d)[N / 2], const uint32_t (&frag)[kSte
 // 112, MTP 4 (128, 128) 194.9 / 195.4 against 198.5 for four fp32 passes of 64 (at 96 registers
 // ptxas serializes the wgmmas).
 template <class T>
-__device__ inline void process_page_mma(const Shared<T>& sh, const Page& p, int32_t token0, uint64_t desc) {
+__device__ inline void process_page_mma(const Shared<T>& sh, const Page& p, int32_t token0, uint64_t desc,
+                                        const Turn& turn) {
   using K = atom::Fp8;
   constexpr int kSteps = kHeadDim / K::kK, kPasses = T::N / T::N_F16;
   const Operands<K> o = Operands<K>::of(p);
@@ -733,7 +765,9 @@ __device__ inline void process_page_mma(const Shared<T>& sh, const Page& p, int3
   float sums[4];
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
+    await_turn<T>(turn, pass);
     issue_pass_with<K, atom::Mma16<T::N_F16>>(d, frag, desc, pass * T::N_F16);
+    pass_turn<T>(turn, pass);
     atom::wait<0>();  // the products, and the previous pass's head sum
     atom::pin(d);
     // The previous pass's A stays put until its head sum retired. Pinned on the first of several
@@ -782,13 +816,15 @@ __device__ void consume_pages(const Shared<T>& sh, const Slots<T>& slots, bool t
   for (int32_t i = i0; i < pages; i += T::MATH_WARPGROUPS) {
     const Page p = load_page<T>(sh, slots, g + uint32_t(i));
     const int32_t token0 = (first + i) * kPageSize;
+    const Turn turn{i > 0, i + 1 < pages};
     if (tile_fp8 && p.fp8) {
       if constexpr (T::MMA_HEAD_SUM) {
-        process_page_mma<T>(sh, p, token0, desc8);
+        process_page_mma<T>(sh, p, token0, desc8, turn);
       } else {
         process_page<T, atom::Fp8>(sh, p, token0, desc8);
       }
     } else {
+      take_turns<T>(turn);
       process_page<T, atom::Bf16>(sh, p, token0, desc16);
     }
   }

@@ -25,6 +25,7 @@ struct Tunables_qlen1_kv64 {
   static constexpr int pass_columns = 64;
   static constexpr int mma_head_sum = 0;
   static constexpr int math_registers = 0;
+  static constexpr int issue_order = 0;
 };
 using Traits_qlen1_kv64 = Traits<InstanceTraits<1, 64, 132>, Tunables_qlen1_kv64>;
 extern template LaunchStatus launch_schedule<Traits_qlen1_kv64>(const LaunchContext&, const SchedArgs&);
@@ -38,6 +39,7 @@ struct Tunables_qlen2_kv64 {
   static constexpr int pass_columns = 64;
   static constexpr int mma_head_sum = 1;
   static constexpr int math_registers = 0;
+  static constexpr int issue_order = 1;
 };
 using Traits_qlen2_kv64 = Traits<InstanceTraits<2, 64, 132>, Tunables_qlen2_kv64>;
 extern template LaunchStatus launch_schedule<Traits_qlen2_kv64>(const LaunchContext&, const SchedArgs&);
@@ -51,6 +53,7 @@ struct Tunables_qlen4_kv64 {
   static constexpr int pass_columns = 64;
   static constexpr int mma_head_sum = 1;
   static constexpr int math_registers = 112;
+  static constexpr int issue_order = 1;
 };
 using Traits_qlen4_kv64 = Traits<InstanceTraits<4, 64, 132>, Tunables_qlen4_kv64>;
 extern template LaunchStatus launch_schedule<Traits_qlen4_kv64>(const LaunchContext&, const SchedArgs&);

@@ -35,6 +35,10 @@ struct Traits : Instance, Tunables {
   // The head sum on the tensor cores multiplies in passes of twice pass_columns, in f16 accumulators
   // (the registers of one fp32 pass): half the product wgmmas of fp32 passes.
   static constexpr int N_F16 = N < 2 * N_PASS ? N : 2 * N_PASS;
+  // issue_order (mma_head_sum only): each f16 pass's products of a record's pages go to the tensor cores
+  // in page order, through a ring of named barriers per pass, one per math warpgroup.
+  static constexpr bool ISSUE_ORDER = Tunables::issue_order != 0;
+  static constexpr int ORDERED_PASSES = ISSUE_ORDER ? N / N_F16 : 0;
   static constexpr int KV_ALIGN = 16;  // bulk copies need 16-byte aligned pages and strides
   static constexpr int Q_ALIGN = 16, Q_SCALE_ALIGN = 4;  // a query block is one 16-byte load, a head's scales one word
   static constexpr int64_t SMEM_BUDGET = 232448;
@@ -43,6 +47,8 @@ struct Traits : Instance, Tunables {
   static_assert(STAGES >= MATH_WARPGROUPS, "every math warpgroup needs a page in flight");
   static_assert(!MMA_HEAD_SUM || (N_F16 <= 256 && N % N_F16 == 0),
                 "mma_head_sum: an f16 pass (the tile, or twice pass_columns) is one wgmma: at most 256 columns");
+  static_assert(!ISSUE_ORDER || MMA_HEAD_SUM, "issue_order orders mma_head_sum's f16 passes");
+  static_assert(2 + ORDERED_PASSES * MATH_WARPGROUPS <= 16, "issue_order: a ring per pass, 16 named barriers in all");
   static_assert(Tunables::math_registers == 0 || RAISED, "math_registers: 0, or above the launch's registers");
   static_assert(!RAISED || (THREADS % 128 == 0 && MATH_REGISTERS % 8 == 0 && MATH_REGISTERS <= 256 &&
                             PRODUCER_REGISTERS >= 24 && PRODUCER_REGISTERS % 8 == 0),
