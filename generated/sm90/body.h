@@ -701,12 +701,14 @@ __device__ inline void retire_and_store(const Shared<T>& sh, float (&sums)[4], u
 }
 
 // ---- issue order (the issue_order tunable) -------------------------------------------------------
-// A page's turn in its record. Before each f16 pass's products the page's warpgroup waits on its ring
-// (unless the page is the record's first), and after them it passes the ring on to the next page's
-// warpgroup (unless the page is the last). Every page takes every pass's turn once, so each barrier
-// meets one waiting warpgroup and one arriving; a record starts its rings afresh. Left to themselves,
-// the warpgroups drift into phases where their passes share the tensor cores and all finish late; in
-// page order decode MTP 2 (128, 128) took 7% less time and MTP 4 (128, 128) 4% (bench/RESULTS.md).
+// A page's turn in its record. Pass p's ring covers its products and, after the first pass, the
+// previous pass's head sum that goes out right before them: the page's warpgroup waits on the ring
+// (unless the page is the record's first), issues, and passes the ring on to the next page's warpgroup
+// (unless the page is the last). Every page takes every pass's turn once, so each barrier meets one
+// waiting warpgroup and one arriving; a record starts its rings afresh. Left to themselves, the
+// warpgroups drift into phases where their passes share the tensor cores and all finish late. In page
+// order (bench/RESULTS.md): decode MTP 2 (128, 128) 8% less time; MTP 4 (128, 128) 3% with the products
+// alone in the rings, 9% with the head sum going out in the next pass's turn.
 struct Turn {
   bool wait, pass_on;
 };
@@ -765,7 +767,7 @@ __device__ inline void process_page_mma(const Shared<T>& sh, const Page& p, int3
   float sums[4];
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
-    await_turn<T>(turn, pass);
+    if (pass == 0) await_turn<T>(turn, pass);  // a later pass's turn began before the previous head sum
     issue_pass_with<K, atom::Mma16<T::N_F16>>(d, frag, desc, pass * T::N_F16);
     pass_turn<T>(turn, pass);
     atom::wait<0>();  // the products, and the previous pass's head sum
@@ -776,6 +778,7 @@ __device__ inline void process_page_mma(const Shared<T>& sh, const Page& p, int3
 #pragma unroll
     for (int i = 0; i < T::N_F16 / 4; ++i) a[i / 4][i % 4] = atom::relu_f16x2(d[i]);
     atom::fence();
+    if (pass + 1 < kPasses) await_turn<T>(turn, pass + 1);
     issue_head_sum<T::N_F16>(sums, a, hs_desc, pass * T::N_F16 / 16);
     atom::commit();
   }

@@ -35,8 +35,9 @@ struct Traits : Instance, Tunables {
   // The head sum on the tensor cores multiplies in passes of twice pass_columns, in f16 accumulators
   // (the registers of one fp32 pass): half the product wgmmas of fp32 passes.
   static constexpr int N_F16 = N < 2 * N_PASS ? N : 2 * N_PASS;
-  // issue_order (mma_head_sum only): each f16 pass's products of a record's pages go to the tensor cores
-  // in page order, through a ring of named barriers per pass, one per math warpgroup.
+  // issue_order (mma_head_sum only): each f16 pass's products of a record's pages (after the first pass,
+  // with the previous pass's head sum) go to the tensor cores in page order, through a ring of named
+  // barriers per pass, one per math warpgroup.
   static constexpr bool ISSUE_ORDER = Tunables::issue_order != 0;
   static constexpr int ORDERED_PASSES = ISSUE_ORDER ? N / N_F16 : 0;
   static constexpr int KV_ALIGN = 16;  // bulk copies need 16-byte aligned pages and strides
