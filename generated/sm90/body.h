@@ -714,6 +714,7 @@ struct Turn {
 };
 template <class T>
 __device__ inline void await_turn(const Turn& t, int pass) {
+  static_assert(kRingBarrier + T::ORDERED_PASSES * T::MATH_WARPGROUPS <= 16, "issue_order: 16 named barriers in all");
   const int ring = kRingBarrier + pass * T::MATH_WARPGROUPS + int(threadIdx.x / 128);
   if (T::ISSUE_ORDER && t.wait) asm volatile("bar.sync %0, 256;\n" ::"r"(ring) : "memory");
 }

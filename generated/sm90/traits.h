@@ -49,7 +49,6 @@ struct Traits : Instance, Tunables {
   static_assert(!MMA_HEAD_SUM || (N_F16 <= 256 && N % N_F16 == 0),
                 "mma_head_sum: an f16 pass (the tile, or twice pass_columns) is one wgmma: at most 256 columns");
   static_assert(!ISSUE_ORDER || MMA_HEAD_SUM, "issue_order orders mma_head_sum's f16 passes");
-  static_assert(2 + ORDERED_PASSES * MATH_WARPGROUPS <= 16, "issue_order: a ring per pass, 16 named barriers in all");
   static_assert(Tunables::math_registers == 0 || RAISED, "math_registers: 0, or above the launch's registers");
   static_assert(!RAISED || (THREADS % 128 == 0 && MATH_REGISTERS % 8 == 0 && MATH_REGISTERS <= 256 &&
                             PRODUCER_REGISTERS >= 24 && PRODUCER_REGISTERS % 8 == 0),
