@@ -31,7 +31,7 @@ inline constexpr int kPageValueBytes = kPageSize * kRowBytes;    // 4 KiB
 inline constexpr int kPageScaleBytes = kPageSize * kRowScales;   // 256 B
 inline constexpr int kSlotBytes = kPageValueBytes + kPageScaleBytes;
 inline constexpr int kMathBarrier = 1;  // named barrier of the math warpgroups (0 is __syncthreads)
-inline constexpr int kRingBarrier = 2;  // issue_order's rings: barrier 2 + MATH_WARPGROUPS * pass + warpgroup
+inline constexpr int kRingBarrier = 2;  // issue_order's first ring barrier (ring_barrier)
 
 // What a check warp leaves per token of a landed page: the spreads m - e_b of its four
 // blocks (one byte each) and its factor 2^(m - 127), NaN for m = 255.
@@ -712,15 +712,20 @@ __device__ inline void retire_and_store(const Shared<T>& sh, float (&sums)[4], u
 struct Turn {
   bool wait, pass_on;
 };
+// Pass p's barrier of math warpgroup w (0 is __syncthreads, 1 the math warps' barrier).
+template <class T>
+__device__ inline int ring_barrier(int pass, int wg) {
+  static_assert(kRingBarrier + T::ORDERED_PASSES * T::MATH_WARPGROUPS <= 16, "issue_order: 16 named barriers in all");
+  return kRingBarrier + pass * T::MATH_WARPGROUPS + wg;
+}
 template <class T>
 __device__ inline void await_turn(const Turn& t, int pass) {
-  static_assert(kRingBarrier + T::ORDERED_PASSES * T::MATH_WARPGROUPS <= 16, "issue_order: 16 named barriers in all");
-  const int ring = kRingBarrier + pass * T::MATH_WARPGROUPS + int(threadIdx.x / 128);
+  const int ring = ring_barrier<T>(pass, int(threadIdx.x / 128));
   if (T::ISSUE_ORDER && t.wait) asm volatile("bar.sync %0, 256;\n" ::"r"(ring) : "memory");
 }
 template <class T>
 __device__ inline void pass_turn(const Turn& t, int pass) {
-  const int ring = kRingBarrier + pass * T::MATH_WARPGROUPS + int(threadIdx.x / 128 + 1) % T::MATH_WARPGROUPS;
+  const int ring = ring_barrier<T>(pass, int(threadIdx.x / 128 + 1) % T::MATH_WARPGROUPS);
   if (T::ISSUE_ORDER && t.pass_on) asm volatile("bar.arrive %0, 256;\n" ::"r"(ring) : "memory");
 }
 // A page whose products are not ordered (the exact path) takes its turns at once.
