@@ -701,38 +701,46 @@ __device__ inline void retire_and_store(const Shared<T>& sh, float (&sums)[4], u
 }
 
 // ---- issue order (the issue_order tunable) -------------------------------------------------------
-// A page's turn in its record. Pass p's ring covers its products and, after the first pass, the
-// previous pass's head sum that goes out right before them: the page's warpgroup waits on the ring
-// (unless the page is the record's first), issues, and passes the ring on to the next page's warpgroup
-// (unless the page is the last). Every page takes every pass's turn once, so each barrier meets one
-// waiting warpgroup and one arriving; a record starts its rings afresh. Left to themselves, the
-// warpgroups drift into phases where their passes share the tensor cores and all finish late. In page
-// order (bench/RESULTS.md): decode MTP 2 (128, 128) 8% less time; MTP 4 (128, 128) 3% with the products
-// alone in the rings, 9% with the head sum going out in the next pass's turn.
+// A page's turn in its record. The ring of an ordered pass p (T::FIRST_ORDERED_PASS and on) covers its
+// products and, after the first pass, the previous pass's head sum that goes out right before them: the
+// page's warpgroup waits on the ring (unless the page is the record's first), issues, and passes the ring
+// on to the next page's warpgroup (unless the page is the last). Every page takes every ordered pass's
+// turn once, so each barrier meets one waiting warpgroup and one arriving; a record starts its rings
+// afresh. Left to themselves, the warpgroups drift into phases where their passes share the tensor cores
+// and all finish late. In page order (bench/RESULTS.md): decode MTP 2 (128, 128) 8% less time; MTP 4
+// (128, 128) 3% with the products alone in the rings, 9% with the head sum going out in the next pass's
+// turn, 10% with the first pass's products left out of order.
 struct Turn {
   bool wait, pass_on;
 };
-// Pass p's barrier of math warpgroup w (0 is __syncthreads, 1 the math warps' barrier).
+// Ordered pass p's barrier of math warpgroup w (0 is __syncthreads, 1 the math warps' barrier).
 template <class T>
 __device__ inline int ring_barrier(int pass, int wg) {
   static_assert(kRingBarrier + T::ORDERED_PASSES * T::MATH_WARPGROUPS <= 16, "issue_order: 16 named barriers in all");
-  return kRingBarrier + pass * T::MATH_WARPGROUPS + wg;
+  return kRingBarrier + (pass - T::FIRST_ORDERED_PASS) * T::MATH_WARPGROUPS + wg;
+}
+template <class T>
+__device__ inline bool ordered(int pass) {
+  return T::ISSUE_ORDER && pass >= T::FIRST_ORDERED_PASS;
 }
 template <class T>
 __device__ inline void await_turn(const Turn& t, int pass) {
-  const int ring = ring_barrier<T>(pass, int(threadIdx.x / 128));
-  if (T::ISSUE_ORDER && t.wait) asm volatile("bar.sync %0, 256;\n" ::"r"(ring) : "memory");
+  if (ordered<T>(pass) && t.wait) {
+    asm volatile("bar.sync %0, 256;\n" ::"r"(ring_barrier<T>(pass, int(threadIdx.x / 128))) : "memory");
+  }
 }
 template <class T>
 __device__ inline void pass_turn(const Turn& t, int pass) {
-  const int ring = ring_barrier<T>(pass, int(threadIdx.x / 128 + 1) % T::MATH_WARPGROUPS);
-  if (T::ISSUE_ORDER && t.pass_on) asm volatile("bar.arrive %0, 256;\n" ::"r"(ring) : "memory");
+  if (ordered<T>(pass) && t.pass_on) {
+    const int next = int(threadIdx.x / 128 + 1) % T::MATH_WARPGROUPS;
+    asm volatile("bar.arrive %0, 256;\n" ::"r"(ring_barrier<T>(pass, next)) : "memory");
+  }
 }
 // A page whose products are not ordered (the exact path) takes its turns at once.
 template <class T>
 __device__ inline void take_turns(const Turn& t) {
 #pragma unroll
-  for (int pass = 0; pass < T::ORDERED_PASSES; ++pass) {
+  for (int pass = T::FIRST_ORDERED_PASS; pass < T::FIRST_ORDERED_PASS + T::ORDERED_PASSES; ++pass) {
     await_turn<T>(t, pass);
     pass_turn<T>(t, pass);
   }

@@ -35,11 +35,14 @@ struct Traits : Instance, Tunables {
   // The head sum on the tensor cores multiplies in passes of twice pass_columns, in f16 accumulators
   // (the registers of one fp32 pass): half the product wgmmas of fp32 passes.
   static constexpr int N_F16 = N < 2 * N_PASS ? N : 2 * N_PASS;
-  // issue_order (mma_head_sum only): each f16 pass's products of a record's pages (after the first pass,
-  // with the previous pass's head sum) go to the tensor cores in page order, through a ring of named
-  // barriers per pass, one per math warpgroup.
+  // issue_order (mma_head_sum only): the f16 passes from FIRST_ORDERED_PASS on go to the tensor cores in
+  // the record's page order (a pass after the first with the previous pass's head sum), through a ring of
+  // named barriers per ordered pass, one per math warpgroup. Of several passes the first is left out: its
+  // products carry no head sum, and unordered they fill the pipe where the rings leave it idle.
   static constexpr bool ISSUE_ORDER = Tunables::issue_order != 0;
-  static constexpr int ORDERED_PASSES = ISSUE_ORDER ? N / N_F16 : 0;
+  static constexpr int F16_PASSES = N / N_F16;
+  static constexpr int FIRST_ORDERED_PASS = F16_PASSES > 1 ? 1 : 0;
+  static constexpr int ORDERED_PASSES = ISSUE_ORDER ? F16_PASSES - FIRST_ORDERED_PASS : 0;
   static constexpr int KV_ALIGN = 16;  // bulk copies need 16-byte aligned pages and strides
   static constexpr int Q_ALIGN = 16, Q_SCALE_ALIGN = 4;  // a query block is one 16-byte load, a head's scales one word
   static constexpr int64_t SMEM_BUDGET = 232448;
