@@ -772,7 +772,7 @@ template <class T>
 __device__ inline void process_page_mma(const Shared<T>& sh, const Page& p, int32_t token0, uint64_t desc,
                                         const Turn& turn) {
   using K = atom::Fp8;
-  constexpr int kSteps = kHeadDim / K::kK, kPasses = T::N / T::N_F16;
+  constexpr int kSteps = kHeadDim / K::kK, kPasses = T::F16_PASSES;
   const Operands<K> o = Operands<K>::of(p);
   uint32_t frag[kSteps][4];
   all_fragments<K>(frag, o, p, std::make_integer_sequence<int, kSteps>{});
