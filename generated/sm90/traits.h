@@ -47,6 +47,7 @@ struct Traits : Instance, Tunables {
   static constexpr int Q_ALIGN = 16, Q_SCALE_ALIGN = 4;  // a query block is one 16-byte load, a head's scales one word
   static constexpr int64_t SMEM_BUDGET = 232448;
   static_assert(N % N_PASS == 0 && N_PASS % kHeads == 0, "passes of whole query rows");
+  static_assert(N_PASS <= 256, "pass_columns: a pass is one wgmma, at most 256 columns");
   static_assert(kHeadDim == 128 && kPageSize == 64, "the sm90 body is written for D = 128 and 64-token pages");
   static_assert(STAGES >= MATH_WARPGROUPS, "every math warpgroup needs a page in flight");
   static_assert(!MMA_HEAD_SUM || (N_F16 <= 256 && N % N_F16 == 0),
