@@ -268,7 +268,9 @@ __device__ void build_q16(const KernelArgs& a, Shared<T>& sh, const CtaRecord& r
 
 // Whether a tile's queries may need the exact path, read by a check warp from their scales alone: a head
 // whose blocks' exponents spread past the fp8 path. (The math warps also let an all-zero block pass,
-// so they may yet take fp8: a q16 built then goes unused.)
+// so they may yet take fp8: a q16 built then goes unused.) The lane's loads are independent, one round
+// trip in all: with `far || ...` each load waited on the one before (it was skipped once far was set),
+// and the tile's page checks waited on that chain of up to 8 round trips.
 template <class T>
 __device__ bool queries_may_need_q16(const KernelArgs& a, const CtaRecord& r, int rows) {
   bool far = false;
@@ -276,7 +278,7 @@ __device__ bool queries_may_need_q16(const KernelArgs& a, const CtaRecord& r, in
   for (int n = threadIdx.x % 32; n < T::Q_PER_BLOCK * kHeads; n += 32) {  // n = row * kHeads + head
     if (n / kHeads < rows) {
       const uint32_t sc = *reinterpret_cast<const uint32_t*>(a.q_scale + (int64_t(r.row_id) * kHeads + n) * kRowScales);
-      far = far || !convert::fp8_exact(convert::max_exponent(sc) - convert::min_exponent(sc));
+      far |= !convert::fp8_exact(convert::max_exponent(sc) - convert::min_exponent(sc));
     }
   }
   return __any_sync(0xFFFFFFFFu, far);
