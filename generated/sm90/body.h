@@ -268,9 +268,10 @@ __device__ void build_q16(const KernelArgs& a, Shared<T>& sh, const CtaRecord& r
 
 // Whether a tile's queries may need the exact path, read by a check warp from their scales alone: a head
 // whose blocks' exponents spread past the fp8 path. (The math warps also let an all-zero block pass,
-// so they may yet take fp8: a q16 built then goes unused.) The lane's loads are independent, one round
-// trip in all: with `far || ...` each load waited on the one before (it was skipped once far was set),
-// and the tile's page checks waited on that chain of up to 8 round trips.
+// so they may yet take fp8: a q16 built then goes unused.) The lane's loads do not wait on each other:
+// with `far || ...` each was skipped once far was set, so each waited on the one before, and the tile's
+// page checks on that chain of up to 8 round trips (ptxas now issues them in two batches, within the
+// check warps' 32 registers).
 template <class T>
 __device__ bool queries_may_need_q16(const KernelArgs& a, const CtaRecord& r, int rows) {
   bool far = false;
