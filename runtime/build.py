@@ -5,7 +5,8 @@ the host compiler, the device compiler's version and (for host arches built with
 -march=native) the host CPU; a file lock makes concurrent first uses build once, and a build
 happens in a temporary directory renamed into place, so a killed build never leaves a half
 module. MXLOGITS_CACHE_DIR moves the cache; MXLOGITS_JIT=0 turns building off, so a missing
-module is an error instead of a compile on the serving path. MXLOGITS_SANITIZE=1 builds with the
+module is an error instead of a compile on the serving path. The sources are checked against the
+manifest before a module is built or taken from the cache. MXLOGITS_SANITIZE=1 builds with the
 arch record's sanitize_flags too (ASan and UBSan on the host arch), under its own cache key.
 """
 
@@ -176,6 +177,9 @@ def built_library(arch_name: str) -> Path:
     m = manifest()
     arch = m.arches[arch_name]
     _check_sanitizable(arch)
+    # The cache is keyed by the manifest's hash of the sources, so the files are checked against it
+    # before a cached module is taken too: an edited tree would otherwise load the unedited build.
+    _verify_sources(arch, m.directory)
     library, done = _paths(arch)
     if done.is_file():
         return library
@@ -185,7 +189,6 @@ def built_library(arch_name: str) -> Path:
             f"mxlogits: no built {arch_name} module at {library} and {JIT_ENV}=0 forbids building it; "
             f"build ahead of time with `python -m mxlogits build` (JIT on, same {CACHE_DIR_ENV})"
         )
-    _verify_sources(arch, m.directory)
     with _file_lock(cache_dir() / f"{name}.lock"):
         if not done.is_file():
             staging = build_dir.with_name(f"{name}.building")
