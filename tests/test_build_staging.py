@@ -31,6 +31,7 @@ def generated_copy(tmp_path, monkeypatch):
 
 
 def _fake_compile(arch, directory, name, build_dir):
+    assert not any(build_dir.iterdir()), "the staging directory starts empty"
     (build_dir / f"{name}.so").write_bytes(b"a module")
 
 
@@ -54,11 +55,7 @@ def test_a_build_that_dies_leaves_no_module_and_the_next_one_completes(cache, mo
     assert build.cached_library("cpu") is None
     assert not [p for p in cache.rglob("*.so") if ".building" not in str(p)], "a half module is in place"
 
-    def complete(arch, directory, name, build_dir):
-        assert not any(build_dir.iterdir()), "the staging directory starts empty"
-        (build_dir / f"{name}.so").write_bytes(b"a module")
-
-    monkeypatch.setattr(build, "_compile", complete)
+    monkeypatch.setattr(build, "_compile", _fake_compile)
     library = build.built_library("cpu")
     assert library.read_bytes() == b"a module" and build.cached_library("cpu") == library
     assert not list(cache.glob("*.building")), "the staging directory was renamed into place"
