@@ -44,6 +44,9 @@ def _probe(dev: torch.device) -> str:
 
 def arch_of(device: torch.device | str | int) -> str:
     """The arch name that serves `device` (cpu for CPU tensors); raises if the table has none."""
+    arch = _arch_by_device.get(device) if isinstance(device, torch.device) else None
+    if arch is not None:  # a tensor's device, already probed: the op's per-call path
+        return arch
     dev = normalize_device(device)
     arch = _arch_by_device.get(dev)
     if arch is None:

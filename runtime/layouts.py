@@ -117,14 +117,17 @@ def check_layout(name: str, tensor, kind: str, expected_layout: str | None) -> N
     shape checks report it."""
     if expected_layout is None or not isinstance(tensor, torch.Tensor):
         return
+    inner = _shapes(kind)[expected_layout]
+    if tensor.shape[1:] == inner:  # the op's per-call path (a 0-d tensor's () is no inner shape)
+        return
     try:
         found = layout_of(tensor, kind)
     except ValueError:
         return
     if found != expected_layout:
-        inner = ", ".join(map(str, _shapes(kind)[expected_layout]))
+        dims = ", ".join(map(str, inner))
         raise ValueError(
-            f"mxlogits: {name}: expected the {expected_layout} layout [N, {inner}] of this arch, found shape "
+            f"mxlogits: {name}: expected the {expected_layout} layout [N, {dims}] of this arch, found shape "
             f"{tuple(tensor.shape)}, which looks like the {found} ({', '.join(layout_arches(found))}) layout; "
             f"convert it with mxlogits.to_layout({name}, {kind!r}, {expected_layout!r})"
         )

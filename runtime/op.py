@@ -59,15 +59,15 @@ def pa_mqa_logits_mxfp4(
     arch = arch_of(device)
     if plan.variant.arch != arch:
         raise ValueError(f"mxlogits: plan: built for arch {plan.variant.arch}, but {device} runs {arch}")
-    named = {
-        "q_scale": q_scale,
-        "kv_cache": kv_cache,
-        "kv_scale": kv_scale,
-        "block_tables": block_tables,
-        "weights": weights,
-        "out": out,
-    }
-    for name, t in named.items():
+    named = (
+        ("q_scale", q_scale),
+        ("kv_cache", kv_cache),
+        ("kv_scale", kv_scale),
+        ("block_tables", block_tables),
+        ("weights", weights),
+        ("out", out),
+    )
+    for name, t in named:
         if t is None and name == "out":
             continue
         if not isinstance(t, torch.Tensor):
@@ -89,8 +89,8 @@ def pa_mqa_logits_mxfp4(
             f"found shape {tuple(block_tables.shape)}"
         )
     expected = arch_layout(arch)  # refuse a tensor laid out for another arch (SPEC §6)
-    for name in ("q_scale", "kv_cache", "kv_scale"):
-        check_layout(name, named[name], name, expected)
+    for name, t in named[:3]:
+        check_layout(name, t, name, expected)
     v = plan.variant
     module = ops(arch)
     leading = (q, q_scale, kv_cache, kv_scale, block_tables, weights, plan.buffers.cta_info, plan.buffers.cta_ranges,

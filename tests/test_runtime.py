@@ -100,6 +100,9 @@ def test_rocm_probe_reads_gcn_arch_name_once_per_device(monkeypatch):
     monkeypatch.setattr(mx.arch, "_arch_by_device", {})
     assert [mx.arch_of(f"cuda:{i}") for i in (0, 0, 1, 1)] == ["gfx950", "gfx950", "gfx1250", "gfx1250"]
     assert probed == [0, 1]
+    assert mx.arch_of(torch.device("cuda", 1)) == "gfx1250" and probed == [0, 1]  # a tensor's device: cached
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    assert mx.arch_of(torch.device("cuda")) == "gfx950"  # no index: the current device's
     with pytest.raises(RuntimeError, match=r"cuda:2 is hip gfx942, which no arch of the instance table targets.*gfx950 "):
         mx.arch_of("cuda:2")
 
