@@ -60,10 +60,15 @@ def layout_of(tensor: torch.Tensor, kind: str) -> str:
     ValueError when it is neither."""
     shapes = _shapes(kind)
     for layout, inner in shapes.items():
-        if tensor.dim() == 1 + len(inner) and tuple(tensor.shape[1:]) == inner:
+        if _has_inner(tensor, inner):
             return layout
     expected = " or ".join(f"{layout} [N, {', '.join(map(str, s))}]" for layout, s in shapes.items())
     raise ValueError(f"mxlogits: {kind}: expected the {expected} layout, found shape {tuple(tensor.shape)}")
+
+
+def _has_inner(tensor: torch.Tensor, inner: tuple[int, ...]) -> bool:
+    """Whether `tensor` is [N, *inner] (every layout's inner shape has dimensions, so a 0-d tensor is not)."""
+    return tensor.shape[1:] == inner
 
 
 def to_layout(tensor: torch.Tensor, kind: str, layout: str) -> torch.Tensor:
@@ -118,7 +123,7 @@ def check_layout(name: str, tensor, kind: str, expected_layout: str | None) -> N
     if expected_layout is None or not isinstance(tensor, torch.Tensor):
         return
     inner = _shapes(kind)[expected_layout]
-    if tensor.shape[1:] == inner:  # the op's per-call path (a 0-d tensor's () is no inner shape)
+    if _has_inner(tensor, inner):  # the op's per-call path: no search over the layouts
         return
     try:
         found = layout_of(tensor, kind)

@@ -59,14 +59,8 @@ def pa_mqa_logits_mxfp4(
     arch = arch_of(device)
     if plan.variant.arch != arch:
         raise ValueError(f"mxlogits: plan: built for arch {plan.variant.arch}, but {device} runs {arch}")
-    named = (
-        ("q_scale", q_scale),
-        ("kv_cache", kv_cache),
-        ("kv_scale", kv_scale),
-        ("block_tables", block_tables),
-        ("weights", weights),
-        ("out", out),
-    )
+    laid_out = (("q_scale", q_scale), ("kv_cache", kv_cache), ("kv_scale", kv_scale))  # per-arch layouts
+    named = (*laid_out, ("block_tables", block_tables), ("weights", weights), ("out", out))
     for name, t in named:
         if t is None and name == "out":
             continue
@@ -89,7 +83,7 @@ def pa_mqa_logits_mxfp4(
             f"found shape {tuple(block_tables.shape)}"
         )
     expected = arch_layout(arch)  # refuse a tensor laid out for another arch (SPEC §6)
-    for name, t in named[:3]:
+    for name, t in laid_out:
         check_layout(name, t, name, expected)
     v = plan.variant
     module = ops(arch)
