@@ -33,6 +33,11 @@ SCALE_LAYOUTS = ("natural", "mfma_permuted")
 # SPEC §3: the bound of an instance whose products and accumulation are exact in fp32.
 DEFAULT_ATOL = 1e-2
 DEFAULT_RTOL = 2e-5
+
+
+def default_setup_tokens(q_per_block: int) -> int:
+    """An instance's setup_tokens when its row names none (instances.yaml says why these)."""
+    return 512 if q_per_block == 1 else 448
 # Every integer of an instance reaches C++ as an `int` (template arguments, constexprs).
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 # Budget `use` expressions: Jinja2 expressions, an undefined name is an error.
@@ -121,6 +126,7 @@ class Instance:
     q_per_block: int
     block_k: int
     cta_resident: int
+    setup_tokens: int  # the schedule's weight of a tile's setup, in tokens of its window (SPEC §4)
     default: bool
     atol: float
     rtol: float
@@ -340,7 +346,7 @@ def _evaluate(r: _Reader, node: yaml.Node, key: str, use: str, names: dict[str, 
     return value
 
 
-_RESERVED_KEYS = ("arch", "name", "q_per_block", "block_k", "cta_resident", "default", "atol", "rtol")
+_RESERVED_KEYS = ("arch", "name", "q_per_block", "block_k", "cta_resident", "setup_tokens", "default", "atol", "rtol")
 
 
 def _tunables(r: _Reader, node: yaml.Node, key: str) -> tuple[Tunable, ...]:
@@ -372,7 +378,8 @@ def _instance(r: _Reader, node: yaml.Node, i: int, table: Table, arches: dict[st
         raise r.error(node, f"{key}.arch", "this key", "it missing")
     arch = r.string(arch_node, f"{key}.arch", f"one of the arches {sorted(arches)}", arches)
     declared = arches[arch].tunables
-    m = r.mapping(node, key, required + ("default", "atol", "rtol") + tuple(t.name for t in declared), required)
+    optional = ("setup_tokens", "default", "atol", "rtol")
+    m = r.mapping(node, key, required + optional + tuple(t.name for t in declared), required)
     tunables = tuple(
         (
             t.name,
@@ -385,10 +392,11 @@ def _instance(r: _Reader, node: yaml.Node, i: int, table: Table, arches: dict[st
     )
     page = table.page_size
     count = f"an integer in [1, {INT32_MAX}]"
+    q_per_block = r.integer(m["q_per_block"], f"{key}.q_per_block", count, lambda v: 1 <= v <= INT32_MAX)
     inst = Instance(
         arch=arch,
         name=r.identifier(m["name"], f"{key}.name"),
-        q_per_block=r.integer(m["q_per_block"], f"{key}.q_per_block", count, lambda v: 1 <= v <= INT32_MAX),
+        q_per_block=q_per_block,
         block_k=r.integer(
             m["block_k"],
             f"{key}.block_k",
@@ -396,6 +404,10 @@ def _instance(r: _Reader, node: yaml.Node, i: int, table: Table, arches: dict[st
             lambda v: 0 < v <= INT32_MAX and v % page == 0,
         ),
         cta_resident=r.integer(m["cta_resident"], f"{key}.cta_resident", count, lambda v: 1 <= v <= INT32_MAX),
+        setup_tokens=r.integer(m["setup_tokens"], f"{key}.setup_tokens", f"an integer in [0, {INT32_MAX}]",
+                               lambda v: 0 <= v <= INT32_MAX)
+        if "setup_tokens" in m
+        else default_setup_tokens(q_per_block),
         default=r.boolean(m["default"], f"{key}.default") if "default" in m else False,
         atol=r.number(m["atol"], f"{key}.atol") if "atol" in m else DEFAULT_ATOL,
         rtol=r.number(m["rtol"], f"{key}.rtol") if "rtol" in m else DEFAULT_RTOL,

@@ -48,6 +48,7 @@ class Manifest:
     variants: tuple[MqaLogitsVariant, ...]
     defaults: dict[str, MqaLogitsVariant]
     tolerances: dict[MqaLogitsVariant, tuple[float, float]]  # (atol, rtol)
+    setup_tokens: dict[MqaLogitsVariant, int]  # the schedule's weight of a tile's setup
 
 
 def generated_dir() -> Path:
@@ -84,11 +85,12 @@ def manifest() -> Manifest:
         )
         for name, a in doc["arches"].items()
     }
-    variants, defaults, tolerances = [], {}, {}
+    variants, defaults, tolerances, setup_tokens = [], {}, {}, {}
     for rec in doc["instances"]:
         v = MqaLogitsVariant(rec["name"], rec["q_per_block"], rec["block_k"], rec["cta_resident"], rec["arch"])
         variants.append(v)
         tolerances[v] = (rec["atol"], rec["rtol"])
+        setup_tokens[v] = rec["setup_tokens"]
         if rec["default"]:
             defaults[v.arch] = v
     table = doc["table"]
@@ -101,6 +103,7 @@ def manifest() -> Manifest:
         variants=tuple(variants),
         defaults=defaults,
         tolerances=tolerances,
+        setup_tokens=setup_tokens,
     )
 
 

@@ -8,6 +8,7 @@ import random
 from collections import Counter
 
 import mxlogits as mx
+from mxlogits.manifest import manifest
 import torch
 
 
@@ -75,10 +76,8 @@ def build_plan(variant, device, num_rows, batch, cu, starts, ends, rtb, num_ctas
 
 
 def setup_chunks(variant) -> int:
-    """README "Schedule": a tile's setup weighs as much as 512 tokens of its window at q_per_block 1,
-    448 with more rows per tile."""
-    tokens = 512 if variant.q_per_block == 1 else 448
-    return -(-tokens // variant.block_k)
+    """README "Schedule": a tile's setup weighs as much as the instance's setup_tokens of its window."""
+    return -(-manifest().setup_tokens[variant] // variant.block_k)
 
 
 def total_weight(variant, tiles) -> int:

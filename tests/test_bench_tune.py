@@ -136,7 +136,7 @@ def test_bad_requests_fail_before_anything_is_built(root, capsys):
     message = error("probe=4,9")  # the loader's range check, located in the table --tune started from
     assert f"--tune probe=9 (qlen1_kv64): {root / 'instances.yaml'}:" in message
     assert "instances[0].probe: expected an integer in [4, 8], found 9" in message  # the arch's declared range
-    assert "['stages']: neither cta_resident nor a tunable cpu declares" in error("stages=4")
+    assert "['stages']: neither cta_resident nor setup_tokens nor a tunable cpu declares" in error("stages=4")
     assert "unknown ['nope'] for cpu" in error("probe=4", extra=["--variant", "nope"])
     message = error("cta_resident=0")
     assert "--tune cta_resident=0 (qlen1_kv64)" in message and "instances[0].cta_resident" in message

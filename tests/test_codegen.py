@@ -193,6 +193,18 @@ ERRORS = {
         "1099511627776",
         r"instances\[0\]\.cta_resident: expected an integer in \[1, 2147483647\], found 1099511627776",
     ),
+    "a negative setup_tokens": (
+        "block_k: 64, cta_resident: 8",
+        "block_k: 64, cta_resident: 8, setup_tokens: -64",
+        "-64",
+        r"instances\[0\]\.setup_tokens: expected an integer in \[0, 2147483647\], found -64",
+    ),
+    "a setup_tokens of 2**40": (
+        "block_k: 64, cta_resident: 8",
+        "block_k: 64, cta_resident: 8, setup_tokens: 1099511627776",
+        "1099511627776",
+        r"instances\[0\]\.setup_tokens: expected an integer in \[0, 2147483647\], found 1099511627776",
+    ),
     "an instance over the scratch budget": (
         "q_per_block: 4, block_k: 256",
         "q_per_block: 32, block_k: 256",

@@ -23,13 +23,16 @@ inline constexpr int kRowBytes = kHeadDim / 2;           // packed E2M1 bytes of
 inline constexpr int kRowScales = kHeadDim / kScaleBlock;  // E8M0 bytes of one D row
 
 // The per-instance constants every arch's traits start from.
-template <int QPB, int BK, int CTA_RES>
+template <int QPB, int BK, int CTA_RES, int SETUP>
 struct InstanceTraits {
   static constexpr int Q_PER_BLOCK = QPB;     // rows of one sequence per tile
   static constexpr int BLOCK_K = BK;          // tokens per chunk
   static constexpr int CTA_RESIDENT = CTA_RES;  // default grid (CTAs) of the schedule
   static constexpr int PAGES_PER_CHUNK = BK / kPageSize;
+  // The schedule's weight of a tile's setup (setup_tokens), in chunks: SchedArgs::setup_chunks.
+  static constexpr int SETUP_CHUNKS = int((int64_t(SETUP) + BK - 1) / BK);
   static_assert(QPB >= 1 && CTA_RES >= 1, "q_per_block and cta_resident are >= 1");
+  static_assert(SETUP >= 0, "setup_tokens is >= 0");
   static_assert(BK > 0 && BK % kPageSize == 0, "block_k is a positive multiple of the page size");
 };
 
@@ -140,6 +143,7 @@ struct SchedArgs {
   int32_t max_tiles;
   int32_t num_ctas;
   int32_t num_records;
+  int32_t setup_chunks;  // a tile's setup weighs as much as this many of its chunks
 };
 static_assert(offsetof(SchedArgs, cu_seq_q) == 0, "SchedArgs ABI");
 static_assert(offsetof(SchedArgs, local_starts) == 8, "SchedArgs ABI");
@@ -153,6 +157,7 @@ static_assert(offsetof(SchedArgs, batch) == 60, "SchedArgs ABI");
 static_assert(offsetof(SchedArgs, max_tiles) == 64, "SchedArgs ABI");
 static_assert(offsetof(SchedArgs, num_ctas) == 68, "SchedArgs ABI");
 static_assert(offsetof(SchedArgs, num_records) == 72, "SchedArgs ABI");
+static_assert(offsetof(SchedArgs, setup_chunks) == 76, "SchedArgs ABI");
 static_assert(sizeof(SchedArgs) == 80, "SchedArgs ABI");
 
 

@@ -3,8 +3,9 @@
 //
 // A tile is up to q_per_block consecutive rows of one sequence (q_per_block 1: tile t is
 // row t, no cut). Its union window is cut into chunks of block_k tokens. The split balances
-// work, not chunks: a non-empty tile weighs its chunks plus kSetupChunks for its setup (its
-// queries loaded and converted, the CTA's warps meeting at its start), laid end to end in tile
+// work, not chunks: a non-empty tile weighs its chunks plus setup_chunks for its setup (its
+// queries loaded and converted, the CTA's warps meeting at its start; the instance's
+// setup_tokens, measured per arch), laid end to end in tile
 // order, and CTA c takes units [first(c), first(c + 1)) with first(c) = floor(c * total / num_ctas)
 // of the total weight: no CTA holds more than ceil(total / num_ctas) units however long one
 // window is, a CTA of many short tiles gets fewer of them, and the grid never depends on the
@@ -126,22 +127,8 @@ MXL_HD inline Tile tile_at(const SchedArgs& a, int64_t t) {
 
 // ---- split over the grid --------------------------------------------------------------------
 
-// A tile's setup weighs as much as kSetupTokens<QPB> tokens of its window; unweighted, the first
-// CTAs of a causal prefill took hundreds of short tiles each. Swept on the H200 (bench/RESULTS.md):
-// at q_per_block 1 a tile start weighs about 8 chunks of 64 tokens (decode (128 seqs, 16 long)
-// 22.2 µs at 512 tokens, 24.2 at 384, no gain at 640 or 768); with more rows per tile a chunk
-// costs more and the start relatively less, about 7 since sm90's head sum went to the tensor
-// cores (at 448 against 384: prefill causal bs 1 2,128 -> 2,034-2,056 µs, bs 8 449 -> 443, fresh
-// 4 x 4,096 619 -> 607; 512 faster on causal bs 1 still but slower on decode MTP 4 (32, 4), 320
-// slower everywhere).
-template <int QPB>
-inline constexpr int64_t kSetupTokens = QPB == 1 ? 512 : 448;
-template <int QPB, int BK>
-inline constexpr int64_t kSetupChunks = (kSetupTokens<QPB> + BK - 1) / BK;
-
-template <int QPB, int BK>
-MXL_HD inline int64_t tile_weight(const Tile& tile) {
-  return tile.chunks > 0 ? tile.chunks + kSetupChunks<QPB, BK> : 0;
+MXL_HD inline int64_t tile_weight(const SchedArgs& a, const Tile& tile) {
+  return tile.chunks > 0 ? tile.chunks + a.setup_chunks : 0;
 }
 
 // floor(c * total / n) without forming c * total.
@@ -175,7 +162,7 @@ MXL_HD inline CtaRecord record_at(const SchedArgs& a, int64_t j) {
   if (t >= a.max_tiles || prefix[t + 1] == prefix[t]) return none;
   const int64_t g0 = cta_first_unit(c, total, a.num_ctas);
   const int64_t g1 = cta_first_unit(c + 1, total, a.num_ctas);
-  const int64_t chunk0 = prefix[t] + kSetupChunks<QPB, BK>;  // the tile's chunks follow its setup units
+  const int64_t chunk0 = prefix[t] + a.setup_chunks;  // the tile's chunks follow its setup units
   const int64_t from = chunk0 > g0 ? chunk0 : g0;
   const int64_t to = prefix[t + 1] < g1 ? prefix[t + 1] : g1;
   if (to <= from) return none;
@@ -209,7 +196,7 @@ inline void build_schedule_host(const SchedArgs& a) {
   }
   int64_t* prefix = tile_prefix<QPB>(a);
   prefix[0] = 0;
-  for (int64_t t = 0; t < a.max_tiles; ++t) prefix[t + 1] = prefix[t] + tile_weight<QPB, BK>(tile_at<QPB, BK>(a, t));
+  for (int64_t t = 0; t < a.max_tiles; ++t) prefix[t + 1] = prefix[t] + tile_weight(a, tile_at<QPB, BK>(a, t));
   CtaRecord* records = reinterpret_cast<CtaRecord*>(a.cta_info);
   for (int64_t j = 0; j < a.num_records; ++j) records[j] = record_at<QPB, BK>(a, j);
   CtaRange* ranges = reinterpret_cast<CtaRange*>(a.cta_ranges);

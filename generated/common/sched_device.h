@@ -62,7 +62,7 @@ __device__ inline void build_schedule_block(const SchedArgs& global, int64_t* st
   }
   int64_t* prefix = tile_prefix<QPB>(a);
   if (tid == 0) prefix[0] = 0;
-  block_inclusive_scan(prefix + 1, a.max_tiles, partial, [&](int64_t t) { return tile_weight<QPB, BK>(tile_at<QPB, BK>(a, t)); });
+  block_inclusive_scan(prefix + 1, a.max_tiles, partial, [&](int64_t t) { return tile_weight(a, tile_at<QPB, BK>(a, t)); });
   CtaRecord* records = reinterpret_cast<CtaRecord*>(a.cta_info);
   for (int64_t j = tid; j < a.num_records; j += kSchedThreads) records[j] = record_at<QPB, BK>(a, j);
   __syncthreads();  // each range copies its first record, which another thread may have written

@@ -20,14 +20,14 @@ LaunchStatus logits_ctas_per_sm(int* count);
 // The tunables gfx1250 declares, as instance qlen1_kv64 sets them.
 struct Tunables_qlen1_kv64 {
 };
-using Traits_qlen1_kv64 = Traits<InstanceTraits<1, 64, 3072>, Tunables_qlen1_kv64>;
+using Traits_qlen1_kv64 = Traits<InstanceTraits<1, 64, 3072, 512>, Tunables_qlen1_kv64>;
 extern template LaunchStatus launch_schedule<Traits_qlen1_kv64>(const LaunchContext&, const SchedArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen1_kv64>(const LaunchContext&, const KernelArgs&);
 extern template LaunchStatus logits_ctas_per_sm<Traits_qlen1_kv64>(int*);
 // The tunables gfx1250 declares, as instance qlen4_kv64 sets them.
 struct Tunables_qlen4_kv64 {
 };
-using Traits_qlen4_kv64 = Traits<InstanceTraits<4, 64, 768>, Tunables_qlen4_kv64>;
+using Traits_qlen4_kv64 = Traits<InstanceTraits<4, 64, 768, 448>, Tunables_qlen4_kv64>;
 extern template LaunchStatus launch_schedule<Traits_qlen4_kv64>(const LaunchContext&, const SchedArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen4_kv64>(const LaunchContext&, const KernelArgs&);
 extern template LaunchStatus logits_ctas_per_sm<Traits_qlen4_kv64>(int*);

@@ -379,6 +379,7 @@ void run_schedule(const ScheduleInputs& in) {
   a.max_tiles = int32_t(tiles);
   a.num_ctas = int32_t(in.cta_ranges.size(0));
   a.num_records = int32_t(in.cta_info.size(0));
+  a.setup_chunks = T::SETUP_CHUNKS;
   check_launch(launch_schedule<T>(launch_context(in.local_ends.device()), a), "build_schedule");
 }
 

@@ -22,7 +22,7 @@ struct Tunables_qlen1_kv64 {
   static constexpr int prefetch = 4;
   static constexpr int waves_per_simd = 1;
 };
-using Traits_qlen1_kv64 = Traits<InstanceTraits<1, 64, 1024>, Tunables_qlen1_kv64>;
+using Traits_qlen1_kv64 = Traits<InstanceTraits<1, 64, 1024, 512>, Tunables_qlen1_kv64>;
 extern template LaunchStatus launch_schedule<Traits_qlen1_kv64>(const LaunchContext&, const SchedArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen1_kv64>(const LaunchContext&, const KernelArgs&);
 extern template LaunchStatus logits_ctas_per_sm<Traits_qlen1_kv64>(int*);
@@ -31,7 +31,7 @@ struct Tunables_qlen1_kv256 {
   static constexpr int prefetch = 2;
   static constexpr int waves_per_simd = 4;
 };
-using Traits_qlen1_kv256 = Traits<InstanceTraits<1, 256, 1024>, Tunables_qlen1_kv256>;
+using Traits_qlen1_kv256 = Traits<InstanceTraits<1, 256, 1024, 512>, Tunables_qlen1_kv256>;
 extern template LaunchStatus launch_schedule<Traits_qlen1_kv256>(const LaunchContext&, const SchedArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen1_kv256>(const LaunchContext&, const KernelArgs&);
 extern template LaunchStatus logits_ctas_per_sm<Traits_qlen1_kv256>(int*);

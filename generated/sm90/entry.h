@@ -27,7 +27,7 @@ struct Tunables_qlen1_kv64 {
   static constexpr int math_registers = 0;
   static constexpr int issue_order = 0;
 };
-using Traits_qlen1_kv64 = Traits<InstanceTraits<1, 64, 132>, Tunables_qlen1_kv64>;
+using Traits_qlen1_kv64 = Traits<InstanceTraits<1, 64, 132, 512>, Tunables_qlen1_kv64>;
 extern template LaunchStatus launch_schedule<Traits_qlen1_kv64>(const LaunchContext&, const SchedArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen1_kv64>(const LaunchContext&, const KernelArgs&);
 extern template LaunchStatus logits_ctas_per_sm<Traits_qlen1_kv64>(int*);
@@ -41,7 +41,7 @@ struct Tunables_qlen2_kv64 {
   static constexpr int math_registers = 0;
   static constexpr int issue_order = 1;
 };
-using Traits_qlen2_kv64 = Traits<InstanceTraits<2, 64, 132>, Tunables_qlen2_kv64>;
+using Traits_qlen2_kv64 = Traits<InstanceTraits<2, 64, 132, 448>, Tunables_qlen2_kv64>;
 extern template LaunchStatus launch_schedule<Traits_qlen2_kv64>(const LaunchContext&, const SchedArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen2_kv64>(const LaunchContext&, const KernelArgs&);
 extern template LaunchStatus logits_ctas_per_sm<Traits_qlen2_kv64>(int*);
@@ -55,7 +55,7 @@ struct Tunables_qlen4_kv64 {
   static constexpr int math_registers = 112;
   static constexpr int issue_order = 1;
 };
-using Traits_qlen4_kv64 = Traits<InstanceTraits<4, 64, 132>, Tunables_qlen4_kv64>;
+using Traits_qlen4_kv64 = Traits<InstanceTraits<4, 64, 132, 448>, Tunables_qlen4_kv64>;
 extern template LaunchStatus launch_schedule<Traits_qlen4_kv64>(const LaunchContext&, const SchedArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen4_kv64>(const LaunchContext&, const KernelArgs&);
 extern template LaunchStatus logits_ctas_per_sm<Traits_qlen4_kv64>(int*);
