@@ -33,15 +33,16 @@ SCALE_LAYOUTS = ("natural", "mfma_permuted")
 # SPEC §3: the bound of an instance whose products and accumulation are exact in fp32.
 DEFAULT_ATOL = 1e-2
 DEFAULT_RTOL = 2e-5
+# Every integer of an instance reaches C++ as an `int` (template arguments, constexprs).
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+# Budget `use` expressions: Jinja2 expressions, an undefined name is an error.
+_EXPRESSIONS = jinja2.Environment(undefined=jinja2.StrictUndefined)
 
 
 def default_setup_tokens(q_per_block: int) -> int:
     """An instance's setup_tokens when its row names none (instances.yaml says why these)."""
     return 512 if q_per_block == 1 else 448
-# Every integer of an instance reaches C++ as an `int` (template arguments, constexprs).
-INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-# Budget `use` expressions: Jinja2 expressions, an undefined name is an error.
-_EXPRESSIONS = jinja2.Environment(undefined=jinja2.StrictUndefined)
+
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # An arch record's `isa` limits, held by `mxlogits-gen --isa` against every kernel of the device pass:

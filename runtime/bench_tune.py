@@ -149,9 +149,8 @@ def plan_jobs(args, cg, root: Path, arch: str, grid: dict[str, list[int]], tmp: 
     ranges = {**FIXED_KEYS, **{t.name: (t.minimum, t.maximum) for t in record.tunables}}
     unknown = [n for n in grid if n not in ranges]
     if unknown:
-        raise TuneError(
-            f"--tune: {unknown}: neither {' nor '.join(FIXED_KEYS)} nor a tunable {arch} declares; it can set {list(ranges)}"
-        )
+        fixed = " nor ".join(FIXED_KEYS)
+        raise TuneError(f"--tune: {unknown}: neither {fixed} nor a tunable {arch} declares; it can set {list(ranges)}")
     text = base_path.read_text()
     jobs = []
     for inst, tables in _targets(args, base, arch):

@@ -47,7 +47,8 @@ def test_values_and_defaults_reach_the_traits_and_the_manifest(tmp_path):
 def test_setup_tokens_defaults_by_rows_and_reaches_the_traits_and_the_manifest(tmp_path):
     """A row's schedule weight of a tile's setup: 512 tokens at q_per_block 1 and 448 above unless the
     row names one; the traits take it in chunks of block_k (the launcher's SchedArgs::setup_chunks)."""
-    table = load(tmp_path, TABLE.replace("cta_resident: 8, stages: 6}", "cta_resident: 8, stages: 6, setup_tokens: 100}"))
+    named = TABLE.replace("cta_resident: 8, stages: 6}", "cta_resident: 8, stages: 6, setup_tokens: 100}")
+    table = load(tmp_path, named)
     assert {i.name: i.setup_tokens for i in table.instances} == {"qlen1_kv64": 512, "qlen4_kv64": 100}
     assert {i.name: i.setup_tokens for i in load(tmp_path, TABLE).instances} == {"qlen1_kv64": 512, "qlen4_kv64": 448}
     files = render_all(table, TEMPLATES)
