@@ -127,10 +127,10 @@ def check_records(variant, num_ctas, records, ranges, num_rows, batch, cu, start
 
 
 def host_twin(variant) -> mx.MqaLogitsVariant | None:
-    """The cpu variant with `variant`'s (q_per_block, block_k), whose host builder must produce
-    bit-identical records at the same grid; None if the cpu arch compiles none."""
-    key = (variant.q_per_block, variant.block_k)
-    return next((v for v in mx.variants("cpu") if (v.q_per_block, v.block_k) == key), None)
+    """The cpu variant with `variant`'s (q_per_block, block_k) and setup weight, whose host builder
+    must produce bit-identical records at the same grid; None if the cpu arch compiles none."""
+    key = (variant.q_per_block, variant.block_k, setup_chunks(variant))
+    return next((v for v in mx.variants("cpu") if (v.q_per_block, v.block_k, setup_chunks(v)) == key), None)
 
 
 def compare_with_host(variant, specs, device="cuda") -> int:

@@ -92,7 +92,7 @@ def poison_one_key(case: Scene, rng) -> None:
 @pytest.mark.parametrize("kind", sorted(SCENES))
 @pytest.mark.parametrize("variant", GPU_PARAMS)
 def test_gpu_agrees_with_cpu_on_random_scenes(variant, kind, seed):
-    """The GPU variant and the cpu variant of the same (q_per_block, block_k) (else the cpu
+    """The GPU variant and the cpu variant of the same (q_per_block, block_k, setup weight) (else the cpu
     default) both meet the GPU variant's bound against the fp32 reference, with identical NaN
     and -inf cells."""
     rng = random.Random(1000 * seed + sorted(SCENES).index(kind))

@@ -4,7 +4,7 @@ GPU's arch:
     compute-sanitizer --tool racecheck python tests/gpu_scripts/racecheck_schedule.py [plans]
 
 Builds `plans` (default 50) random plans per variant on the GPU and compares each schedule with
-the host's: bit-exact against the cpu builder of the same (q_per_block, block_k) at the same
+the host's: bit-exact against the cpu builder of the same (q_per_block, block_k, setup weight) at the same
 grid, else against the SPEC §4 model (tests/schedule_model.py). Prints PASS/FAIL per variant and
 exits 1 on a mismatch. Without a GPU arch of the instance table this prints "no GPU arch
 present" and exits 0."""
