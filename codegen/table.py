@@ -393,10 +393,11 @@ def _instance(r: _Reader, node: yaml.Node, i: int, table: Table, arches: dict[st
     )
     page = table.page_size
     count = f"an integer in [1, {INT32_MAX}]"
+    name = r.identifier(m["name"], f"{key}.name")  # checked in the row's order: name, then q_per_block
     q_per_block = r.integer(m["q_per_block"], f"{key}.q_per_block", count, lambda v: 1 <= v <= INT32_MAX)
     inst = Instance(
         arch=arch,
-        name=r.identifier(m["name"], f"{key}.name"),
+        name=name,
         q_per_block=q_per_block,
         block_k=r.integer(
             m["block_k"],

@@ -8,8 +8,8 @@ import random
 from collections import Counter
 
 import mxlogits as mx
-from mxlogits.manifest import manifest
 import torch
+from mxlogits.manifest import manifest
 
 
 def model_tiles(num_rows, batch, qpb, bk, cu, starts, ends, rtb):
