@@ -30,7 +30,8 @@ from .bench_tune_report import print_report, write_json
 from .bench_tune_yaml import RowError, set_instance_keys
 from .manifest import GENERATED_DIR_ENV, MqaLogitsVariant
 
-# Instance columns --tune may set besides the arch's declared tunables, with the loader's range.
+# Instance columns --tune may set besides the arch's declared tunables (codegen.table.Instance fields),
+# with the loader's range.
 FIXED_KEYS = {"cta_resident": (1, 2**31 - 1), "setup_tokens": (0, 2**31 - 1)}
 ERROR_LINES = 8  # compiler / bench error lines shown for a combination that fails
 
@@ -154,7 +155,7 @@ def plan_jobs(args, cg, root: Path, arch: str, grid: dict[str, list[int]], tmp: 
     text = base_path.read_text()
     jobs = []
     for inst, tables in _targets(args, base, arch):
-        now = {"cta_resident": inst.cta_resident, "setup_tokens": inst.setup_tokens, **dict(inst.tunables)}
+        now = {**{k: getattr(inst, k) for k in FIXED_KEYS}, **dict(inst.tunables)}
         for k, combo in enumerate(itertools.product(*grid.values())):
             values = tuple(zip(grid, combo))
             job = Job(inst.name, tables, values, all(now[n] == v for n, v in values), tmp / inst.name / str(k))
