@@ -39,6 +39,11 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 _EXPRESSIONS = jinja2.Environment(undefined=jinja2.StrictUndefined)
 
 
+# Instance columns besides an arch's tunables that `bench --tune` may sweep, with the bounds the loader
+# holds them to.
+SWEPT_COLUMNS = {"cta_resident": (1, INT32_MAX), "setup_tokens": (0, INT32_MAX)}
+
+
 def default_setup_tokens(q_per_block: int) -> int:
     """An instance's setup_tokens when its row names none (instances.yaml says why these)."""
     return 512 if q_per_block == 1 else 448
@@ -393,6 +398,11 @@ def _instance(r: _Reader, node: yaml.Node, i: int, table: Table, arches: dict[st
     )
     page = table.page_size
     count = f"an integer in [1, {INT32_MAX}]"
+
+    def swept(column: str) -> int:
+        low, high = SWEPT_COLUMNS[column]
+        return r.integer(m[column], f"{key}.{column}", f"an integer in [{low}, {high}]", lambda v: low <= v <= high)
+
     name = r.identifier(m["name"], f"{key}.name")  # checked in the row's order: name, then q_per_block
     q_per_block = r.integer(m["q_per_block"], f"{key}.q_per_block", count, lambda v: 1 <= v <= INT32_MAX)
     inst = Instance(
@@ -405,11 +415,8 @@ def _instance(r: _Reader, node: yaml.Node, i: int, table: Table, arches: dict[st
             f"a positive multiple of table.page_size ({page}) up to {INT32_MAX}",
             lambda v: 0 < v <= INT32_MAX and v % page == 0,
         ),
-        cta_resident=r.integer(m["cta_resident"], f"{key}.cta_resident", count, lambda v: 1 <= v <= INT32_MAX),
-        setup_tokens=r.integer(m["setup_tokens"], f"{key}.setup_tokens", f"an integer in [0, {INT32_MAX}]",
-                               lambda v: 0 <= v <= INT32_MAX)
-        if "setup_tokens" in m
-        else default_setup_tokens(q_per_block),
+        cta_resident=swept("cta_resident"),
+        setup_tokens=swept("setup_tokens") if "setup_tokens" in m else default_setup_tokens(q_per_block),
         default=r.boolean(m["default"], f"{key}.default") if "default" in m else False,
         atol=r.number(m["atol"], f"{key}.atol") if "atol" in m else DEFAULT_ATOL,
         rtol=r.number(m["rtol"], f"{key}.rtol") if "rtol" in m else DEFAULT_RTOL,

@@ -30,9 +30,6 @@ from .bench_tune_report import print_report, write_json
 from .bench_tune_yaml import RowError, set_instance_keys
 from .manifest import GENERATED_DIR_ENV, MqaLogitsVariant
 
-# Instance columns --tune may set besides the arch's declared tunables (codegen.table.Instance fields),
-# with the loader's range.
-FIXED_KEYS = {"cta_resident": (1, 2**31 - 1), "setup_tokens": (0, 2**31 - 1)}
 ERROR_LINES = 8  # compiler / bench error lines shown for a combination that fails
 
 
@@ -90,14 +87,19 @@ def _codegen():
     try:
         from mxlogits_codegen.cli import write
         from mxlogits_codegen.render import RenderError, render_all
-        from mxlogits_codegen.table import TableError, load_table
+        from mxlogits_codegen.table import SWEPT_COLUMNS, TableError, load_table
     except ImportError as e:
         raise TuneError(
             f"--tune renders instance tables with mxlogits_codegen, which needs jinja2 and pyyaml ({e}); "
             f"install them with: pip install 'mxlogits[codegen]'"
         ) from None
     return SimpleNamespace(
-        write=write, render_all=render_all, load_table=load_table, RenderError=RenderError, TableError=TableError
+        write=write,
+        render_all=render_all,
+        load_table=load_table,
+        RenderError=RenderError,
+        TableError=TableError,
+        SWEPT_COLUMNS=SWEPT_COLUMNS,
     )
 
 
@@ -147,15 +149,15 @@ def plan_jobs(args, cg, root: Path, arch: str, grid: dict[str, list[int]], tmp: 
     record = next((a for a in base.arches if a.name == arch), None)
     if record is None:
         raise TuneError(f"{base_path} has no arch {arch!r}")
-    ranges = {**FIXED_KEYS, **{t.name: (t.minimum, t.maximum) for t in record.tunables}}
+    ranges = {**cg.SWEPT_COLUMNS, **{t.name: (t.minimum, t.maximum) for t in record.tunables}}
     unknown = [n for n in grid if n not in ranges]
     if unknown:
-        fixed = " nor ".join(FIXED_KEYS)
+        fixed = " nor ".join(cg.SWEPT_COLUMNS)
         raise TuneError(f"--tune: {unknown}: neither {fixed} nor a tunable {arch} declares; it can set {list(ranges)}")
     text = base_path.read_text()
     jobs = []
     for inst, tables in _targets(args, base, arch):
-        now = {**{k: getattr(inst, k) for k in FIXED_KEYS}, **dict(inst.tunables)}
+        now = {**{k: getattr(inst, k) for k in cg.SWEPT_COLUMNS}, **dict(inst.tunables)}
         for k, combo in enumerate(itertools.product(*grid.values())):
             values = tuple(zip(grid, combo))
             job = Job(inst.name, tables, values, all(now[n] == v for n, v in values), tmp / inst.name / str(k))

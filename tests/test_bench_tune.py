@@ -20,7 +20,7 @@ from mxlogits.bench_shapes import QUICK_SCALE, TABLES
 from mxlogits.bench_timing import Limits
 from mxlogits.bench_tune import Job, TuneError, _error_lines, bench, parse_spec, plan_jobs
 from mxlogits.bench_tune_yaml import RowError, row_line, set_instance_keys
-from mxlogits_codegen.table import TableError, load_table
+from mxlogits_codegen.table import SWEPT_COLUMNS, TableError, load_table
 
 CPU_TUNABLE = "tunables: {probe: {default: 8, min: 4, max: 8}}"
 ASSERT = '  static_assert(Tunables::probe != 5, "probe 5 does not compile");\n'
@@ -149,7 +149,7 @@ def test_a_combination_the_table_refuses_in_range_is_skipped(root, tmp_path):
             raise TableError(f"{path}:58:3: instances[0]: expected scratch_bytes <= 1048576, found 2000000")
         return load_table(path, templates)
 
-    cg = SimpleNamespace(load_table=load, TableError=TableError)
+    cg = SimpleNamespace(load_table=load, TableError=TableError, SWEPT_COLUMNS=SWEPT_COLUMNS)
     args = Namespace(tables="decode_mtp1,prefill_fresh", variant=None)
     jobs = plan_jobs(args, cg, root, "cpu", {"probe": [6, 8]}, tmp_path / "jobs")
     assert [(j.variant, j.label, j.status) for j in jobs] == [
