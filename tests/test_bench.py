@@ -87,7 +87,8 @@ def test_every_gpu_row_is_checked_before_it_is_timed(monkeypatch, capsys, device
     def fake_row(shape, variant, dev, limits, repeats, *, guard):
         guards.append((shape.table, guard))
         return {"table": shape.table, "shape": shape.label, "variant": variant.name, "num_ctas": 1, "plan_us": 1.0,
-                "op_us": 1.0, "host_us": 1.0, "tflops": 1.0, "tbps": 1.0, "roofline_pct": 1.0, "checked": guard}  # fmt: skip
+                "op_us": 1.0, "host_us": 1.0, "tflops": 1.0, "tbps": 1.0, "roofline_us": 0.01, "roofline_pct": 1.0,
+                "checked": guard}  # fmt: skip
 
     monkeypatch.setattr(bench, "bench_row", fake_row)
     v = mx.default_variant("cpu")
@@ -124,7 +125,13 @@ def test_quick_run_writes_json(tmp_path):
         assert math.isclose(r["tbps"], r["bytes"] / r["op_us"] / 1e6, rel_tol=1e-9)
         assert r["host_us"] > 0 and r["plan_us"] > 0
         assert r["host_us"] == r["op_us"]  # on the host a call is synchronous: timed once, not twice
-    assert doc["summary"]["decode_mtp1"]["rows"] == len(expected)
+    summary = doc["summary"]["decode_mtp1"]
+    assert summary["rows"] == len(expected)
+    op_us = sum(r["op_us"] for r in doc["results"])
+    assert math.isclose(summary["op_us_total"], op_us, rel_tol=1e-9)
+    roofline_us = sum(r["roofline_us"] for r in doc["results"])
+    assert math.isclose(summary["roofline_pct_table"], 100 * roofline_us / op_us, rel_tol=1e-9)
+    assert summary["roofline_pct_min"] <= summary["roofline_pct_table"] <= summary["roofline_pct_max"]
 
 
 def test_unknown_table_and_missing_matplotlib_are_clear_errors(capsys, tmp_path, monkeypatch):
