@@ -406,7 +406,7 @@ def _run_tables(rows: list[tuple[Shape, MqaLogitsVariant]], device, limits, repe
             guard = device.type == "cuda" or row is checked
             results.append(bench_row(*row, device, limits, repeats, guard=guard))
             print(_line(results[-1]), flush=True)
-        s = summarize(results)[table]
+        s = summarize(results[-len(group):])[table]
         print(
             f"{table}: {s['rows']} rows, % of roofline min {s['roofline_pct_min']:.2f} geomean "
             f"{s['roofline_pct_geomean']:.2f} max {s['roofline_pct_max']:.2f}, of the whole table "
