@@ -227,6 +227,15 @@ def summarize(results: list[dict]) -> dict:
     return out
 
 
+def summary_line(table: str, s: dict) -> str:
+    """The printed line of one table's `summarize` entry."""
+    return (
+        f"{table}: {s['rows']} rows, % of roofline min {s['roofline_pct_min']:.2f} geomean "
+        f"{s['roofline_pct_geomean']:.2f} max {s['roofline_pct_max']:.2f}, of the whole table "
+        f"{s['roofline_pct_table']:.2f}; op total {s['op_us_total']:.1f} µs"
+    )
+
+
 def _sm_count(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
@@ -406,10 +415,5 @@ def _run_tables(rows: list[tuple[Shape, MqaLogitsVariant]], device, limits, repe
             guard = device.type == "cuda" or row is checked
             results.append(bench_row(*row, device, limits, repeats, guard=guard))
             print(_line(results[-1]), flush=True)
-        s = summarize(results[-len(group):])[table]
-        print(
-            f"{table}: {s['rows']} rows, % of roofline min {s['roofline_pct_min']:.2f} geomean "
-            f"{s['roofline_pct_geomean']:.2f} max {s['roofline_pct_max']:.2f}, of the whole table "
-            f"{s['roofline_pct_table']:.2f}; op total {s['op_us_total']:.1f} µs"
-        )
+        print(summary_line(table, summarize(results[-len(group):])[table]))
     return results
