@@ -105,8 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument(
         "--ptxas",
         action="store_true",
-        help="compile the output tree's cuda instance TUs with nvcc and report ptxas resources per kernel; "
-        "exit 1 on a spill, stack frame or serialized wgmma, 2 on a compile error",
+        help="compile the output tree's cuda instance TUs with nvcc and report ptxas resources and a digest "
+        "of the code per kernel; exit 1 on a spill, stack frame or serialized wgmma, 2 on a compile error",
     )
     mode.add_argument(
         "--isa",

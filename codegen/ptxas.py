@@ -1,24 +1,27 @@
 """mxlogits-gen --ptxas: compile every instance TU of every cuda arch of a rendered generated/ for
 its target alone and report what ptxas allocated per kernel (registers, shared memory, stack,
-spills). A spill or a stack frame fails the run: on the GPU either one is local-memory traffic
-on the hot path. So does a wgmma pipeline ptxas had to serialize (its C751x performance
-warnings): the tensor cores would then wait on every instruction. Needs nvcc only, no GPU and no
-torch headers (instance TUs include none). smem is static shared memory: what a body requests
-dynamically at launch is not ptxas's to see."""
+spills) and a digest of each function's code (cubin.py: equal digests, the same SASS). A spill or
+a stack frame fails the run: on the GPU either one is local-memory traffic on the hot path. So does
+a wgmma pipeline ptxas had to serialize (its C751x performance warnings): the tensor cores would
+then wait on every instruction. Needs nvcc only, no GPU and no torch headers (instance TUs include
+none). smem is static shared memory: what a body requests dynamically at launch is not ptxas's to
+see."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from mxlogits.device_flags import device_flags
+
+from .cubin import code_digests
 
 JOBS = 2  # CI runners are small; a GPU body's TU takes most of a core and a few GB
 _INSTANCE_TU = re.compile(r"(?P<arch>\w+)/instance_(?P<instance>\w+)\.(cu|hip|cpp)")
@@ -54,6 +57,7 @@ class Unit:
     arch: str
     instance: str
     tu: Path
+    cubin: Path
     command: tuple[str, ...]
 
 
@@ -92,15 +96,16 @@ def instance_tus(generated: Path, doc: dict, family: str) -> list[tuple[str, str
     return tus
 
 
-def instance_units(generated: Path, doc: dict, nvcc: str) -> list[Unit]:
-    """One compile per instance TU of every cuda arch of `doc`."""
-    return [
-        Unit(arch, instance, tu, (
-            nvcc, "-c", "-o", os.devnull, "-x", "cu", str(tu), "-I", str(generated),
+def instance_units(generated: Path, doc: dict, nvcc: str, out: Path) -> list[Unit]:
+    """One compile per instance TU of every cuda arch of `doc`, its target's cubin into `out`."""
+    units = []
+    for arch, instance, tu, rec in instance_tus(generated, doc, "cuda"):
+        cubin = out / f"{arch}_{instance}.cubin"
+        units.append(Unit(arch, instance, tu, cubin, (
+            nvcc, "-cubin", "-o", str(cubin), "-x", "cu", str(tu), "-I", str(generated),
             *rec["flags"], *device_flags("cuda", rec["target"]), "-Xptxas", "-v",
-        ))  # fmt: skip
-        for arch, instance, tu, rec in instance_tus(generated, doc, "cuda")
-    ]
+        )))  # fmt: skip
+    return units
 
 
 def _demangle(names: list[str]) -> dict[str, str]:
@@ -142,9 +147,11 @@ def report(generated: Path) -> int:
     if nvcc is None:
         print("mxlogits-gen: --ptxas needs nvcc on PATH (the CUDA toolkit); none found", file=sys.stderr)
         return 2
-    units = instance_units(generated, doc, nvcc)
-    with ThreadPoolExecutor(JOBS) as pool:
-        results = list(pool.map(_compile, units))
+    with tempfile.TemporaryDirectory(prefix="mxlogits-ptxas-") as out:
+        units = instance_units(generated, doc, nvcc, Path(out))
+        with ThreadPoolExecutor(JOBS) as pool:
+            results = list(pool.map(_compile, units))
+        codes = {u: code_digests(u.cubin.read_bytes()) for u, r in zip(units, results) if r.returncode == 0}
     failed = [(u, r) for u, r in zip(units, results) if r.returncode != 0]
     for u, r in failed:
         print(f"mxlogits-gen: {u.tu} does not compile:\n$ {' '.join(u.command)}\n{r.stdout}{r.stderr}", file=sys.stderr)
@@ -154,12 +161,13 @@ def report(generated: Path) -> int:
         return 2
     rows = [(u, f) for u, r in zip(units, results) for f in parse_ptxas(r.stdout + r.stderr)]
     names = _demangle(sorted({f.name for _, f in rows}))
-    print(f"{'arch':10} {'instance':16} {'kernel':72} {'regs':>5} {'smem':>7} {'stack':>6} {'spills st/ld':>13}")
+    print(f"{'arch':10} {'instance':16} {'kernel':72} {'regs':>5} {'smem':>7} {'stack':>6} {'spills st/ld':>13}  code")
     for u, f in rows:
         regs = "-" if f.registers is None else str(f.registers)
         spills = f"{f.spill_stores}/{f.spill_loads}"
         kernel = short_name(names[f.name])
-        print(f"{u.arch:10} {u.instance:16} {kernel:72} {regs:>5} {f.smem:7} {f.stack:6} {spills:>13}")
+        code = codes[u].get(f.name, "-")
+        print(f"{u.arch:10} {u.instance:16} {kernel:72} {regs:>5} {f.smem:7} {f.stack:6} {spills:>13}  {code}")
     dirty = [(u, f) for u, f in rows if not f.clean]
     for u, f in dirty:
         why = f"{f.stack} bytes stack frame, {f.spill_stores} bytes spill stores, {f.spill_loads} bytes spill loads"

@@ -3,13 +3,16 @@ and an end-to-end run on a stub cuda arch rendered from the real shared template
 
 from __future__ import annotations
 
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 from mxlogits.device_flags import device_flags
 from mxlogits_codegen.cli import main as gen_main
 from mxlogits_codegen.cli import write
+from mxlogits_codegen.cubin import code_digests
 from mxlogits_codegen.ptxas import parse_ptxas, short_name
 from mxlogits_codegen.render import render_all
 from mxlogits_codegen.table import load_table
@@ -143,6 +146,38 @@ def test_clean_stub_arch_reports_every_kernel(tmp_path, capsys):
     assert "stubcuda   clean" in out and "logits_kernel<Traits<InstanceTraits<1,64,8,512>" in out
     assert "schedule_kernel<1,64>" in out and "no spills, no stack frames" in out
     assert "qlen1_kv64" not in out  # the host arch has no ptxas pass
+    kernels = [line for line in out.splitlines() if line.startswith("stubcuda")]
+    assert len(kernels) == 2 and all(re.fullmatch(r"[0-9a-f]{12}", line.split()[-1]) for line in kernels)
+
+
+KERNELS = """\
+__global__ void scale(float* x, float s) { x[threadIdx.x] *= s; }
+__global__ void shift(float* x, float s) { x[threadIdx.x] += s; }
+"""
+
+
+def cubin_of(tmp: Path, name: str, source: str) -> bytes:
+    cu = tmp / f"{name}.cu"
+    cu.write_text(source)
+    cmd = ["nvcc", "-cubin", "-o", str(tmp / f"{name}.cubin"), str(cu), "-O3", "-lineinfo",
+           *device_flags("cuda", "sm_90a")]  # fmt: skip
+    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+    return (tmp / f"{name}.cubin").read_bytes()
+
+
+@needs_nvcc
+def test_code_digests_follow_the_instructions_not_the_lines(tmp_path):
+    base = code_digests(cubin_of(tmp_path, "base", KERNELS))
+    assert sorted(base) == ["_Z5scalePff", "_Z5shiftPff"]
+    moved = code_digests(cubin_of(tmp_path, "moved", "// a comment\n\n\n" + KERNELS))  # every line moves
+    assert moved == base
+    changed = code_digests(cubin_of(tmp_path, "changed", KERNELS.replace("+= s", "-= s")))
+    assert changed["_Z5scalePff"] == base["_Z5scalePff"] and changed["_Z5shiftPff"] != base["_Z5shiftPff"]
+
+
+def test_code_digests_refuse_what_is_not_a_cubin():
+    with pytest.raises(ValueError, match="not a 64-bit little-endian ELF"):
+        code_digests(b"#include <cuda.h>\n")
 
 
 @needs_nvcc
