@@ -57,7 +57,6 @@ class Unit:
     arch: str
     instance: str
     tu: Path
-    cubin: Path
     command: tuple[str, ...]
 
 
@@ -96,16 +95,19 @@ def instance_tus(generated: Path, doc: dict, family: str) -> list[tuple[str, str
     return tus
 
 
+def _cubin_path(out: Path, arch: str, instance: str) -> Path:
+    return out / f"{arch}_{instance}.cubin"
+
+
 def instance_units(generated: Path, doc: dict, nvcc: str, out: Path) -> list[Unit]:
     """One compile per instance TU of every cuda arch of `doc`, its target's cubin into `out`."""
-    units = []
-    for arch, instance, tu, rec in instance_tus(generated, doc, "cuda"):
-        cubin = out / f"{arch}_{instance}.cubin"
-        units.append(Unit(arch, instance, tu, cubin, (
-            nvcc, "-cubin", "-o", str(cubin), "-x", "cu", str(tu), "-I", str(generated),
+    return [
+        Unit(arch, instance, tu, (
+            nvcc, "-cubin", "-o", str(_cubin_path(out, arch, instance)), "-x", "cu", str(tu), "-I", str(generated),
             *rec["flags"], *device_flags("cuda", rec["target"]), "-Xptxas", "-v",
-        )))  # fmt: skip
-    return units
+        ))  # fmt: skip
+        for arch, instance, tu, rec in instance_tus(generated, doc, "cuda")
+    ]
 
 
 def _demangle(names: list[str]) -> dict[str, str]:
@@ -151,7 +153,11 @@ def report(generated: Path) -> int:
         units = instance_units(generated, doc, nvcc, Path(out))
         with ThreadPoolExecutor(JOBS) as pool:
             results = list(pool.map(_compile, units))
-        codes = {u: code_digests(u.cubin.read_bytes()) for u, r in zip(units, results) if r.returncode == 0}
+        codes = {
+            u: code_digests(_cubin_path(Path(out), u.arch, u.instance).read_bytes())
+            for u, r in zip(units, results)
+            if r.returncode == 0
+        }
     failed = [(u, r) for u, r in zip(units, results) if r.returncode != 0]
     for u, r in failed:
         print(f"mxlogits-gen: {u.tu} does not compile:\n$ {' '.join(u.command)}\n{r.stdout}{r.stderr}", file=sys.stderr)
