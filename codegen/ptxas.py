@@ -149,12 +149,13 @@ def report(generated: Path) -> int:
     if nvcc is None:
         print("mxlogits-gen: --ptxas needs nvcc on PATH (the CUDA toolkit); none found", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory(prefix="mxlogits-ptxas-") as out:
-        units = instance_units(generated, doc, nvcc, Path(out))
+    with tempfile.TemporaryDirectory(prefix="mxlogits-ptxas-") as tmp:
+        out = Path(tmp)
+        units = instance_units(generated, doc, nvcc, out)
         with ThreadPoolExecutor(JOBS) as pool:
             results = list(pool.map(_compile, units))
         codes = {
-            u: code_digests(_cubin_path(Path(out), u.arch, u.instance).read_bytes())
+            u: code_digests(_cubin_path(out, u.arch, u.instance).read_bytes())
             for u, r in zip(units, results)
             if r.returncode == 0
         }
