@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from mxlogits.device_flags import device_flags
 
 from .ptxas import JOBS, Unit, _demangle, instance_tus, short_name
 from .table import ISA_LIMITS
@@ -122,8 +121,7 @@ def parse_isa(text: str) -> list[Kernel]:
     return list(kernels.values())
 
 
-def _hip_command(clang: str, generated: Path, tu: Path, *, targets: list[str], flags, tail) -> tuple:
-    offload = [f for t in targets for f in device_flags("hip", t)]
+def _hip_command(clang: str, generated: Path, tu: Path, *, offload: list[str], flags, tail) -> tuple:
     return (clang, "-x", "hip", *offload, "-nogpuinc", "-nogpulib", *flags, "-include", str(SHIM),
             "-I", str(generated), str(tu), *tail)  # fmt: skip
 
@@ -132,7 +130,7 @@ def instance_units(generated: Path, doc: dict, clang: str) -> list[Unit]:
     """One device-only compile to assembly per instance TU of every hip arch of `doc` (manifest.json)."""
     return [
         Unit(arch, instance, tu, _hip_command(
-            clang, generated, tu, targets=[rec["target"]], flags=rec["flags"],
+            clang, generated, tu, offload=rec["device_flags"], flags=rec["flags"],
             tail=("--cuda-device-only", "-S", "-o", "-"),
         ))  # fmt: skip
         for arch, instance, tu, rec in instance_tus(generated, doc, "hip")
@@ -163,9 +161,11 @@ def combined_unit(generated: Path, doc: dict, clang: str, workdir: Path) -> Unit
     flags: list[tuple[str, ...]] = []
     for rec in hip.values():
         flags += [u for u in flag_units(rec["flags"]) if u not in flags]
+    by_target = sorted(hip.values(), key=lambda r: r["target"])
+    offload = list(dict.fromkeys(f for rec in by_target for f in rec["device_flags"]))  # one pass per target
     command = _hip_command(
-        clang, generated, tu, targets=sorted({r["target"] for r in hip.values()}),
-        flags=[f for u in flags for f in u], tail=("-c", "-o", str(workdir / "combined.o")),
+        clang, generated, tu, offload=offload, flags=[f for u in flags for f in u],
+        tail=("-c", "-o", str(workdir / "combined.o")),
     )  # fmt: skip
     return Unit("+".join(hip), " + ".join(f"{a} {defaults[a]}" for a in hip), tu, command)
 

@@ -19,8 +19,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from mxlogits.device_flags import device_flags
-
 from .cubin import code_digests
 
 JOBS = 2  # CI runners are small; a GPU body's TU takes most of a core and a few GB
@@ -104,7 +102,7 @@ def instance_units(generated: Path, doc: dict, nvcc: str, out: Path) -> list[Uni
     return [
         Unit(arch, instance, tu, (
             nvcc, "-cubin", "-o", str(_cubin_path(out, arch, instance)), "-x", "cu", str(tu), "-I", str(generated),
-            *rec["flags"], *device_flags("cuda", rec["target"]), "-Xptxas", "-v",
+            *rec["flags"], *rec["device_flags"], "-Xptxas", "-v",
         ))  # fmt: skip
         for arch, instance, tu, rec in instance_tus(generated, doc, "cuda")
     ]

@@ -5,39 +5,17 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import jinja2
 
-from .table import Arch, InstanceTable, TableError
+from .family import family
+from .table import InstanceTable, TableError
 
 
 class RenderError(ValueError):
     """A template that does not render: undefined name, syntax error, bad value."""
-
-
-@dataclass(frozen=True)
-class Family:
-    """How one compiler family builds and registers an arch; arches differ only in their record."""
-
-    name: str  # host | cuda | hip
-    dispatch_key: str  # torch dispatch key of the tensors the arch runs on
-    body_suffix: str  # source suffix of a TU holding device code
-    guard: str  # preprocessor test true only on the compilation pass of `target`
-    gpu: bool  # device code in kernels, launched on a stream
-
-
-def family(arch: Arch) -> Family:
-    if arch.family == "host":
-        return Family("host", "CPU", "cpp", "!defined(__CUDA_ARCH__) && !defined(__HIP_DEVICE_COMPILE__)", False)
-    if arch.family == "cuda":
-        sm, a = re.fullmatch(r"sm_(\d+)(a?)", arch.target).groups()
-        # An "a" target (sm_90a) unlocks instructions of that exact chip (wgmma, setmaxnreg): its
-        # body must not be compiled on a plain sm_90 pass, which nvcc tells apart by this macro.
-        feature = f" && defined(__CUDA_ARCH_FEAT_SM{sm}_ALL)" if a else ""
-        return Family("cuda", "CUDA", "cu", f"defined(__CUDA_ARCH__) && __CUDA_ARCH__ == {int(sm) * 10}{feature}", True)
-    return Family("hip", "CUDA", "hip", f"defined(__HIP_DEVICE_COMPILE__) && defined(__{arch.target}__)", True)
 
 
 def _environment(templates: Path) -> jinja2.Environment:
@@ -144,6 +122,7 @@ def _manifest(table: InstanceTable, files: dict[str, str], arch_files: dict[str,
             "budgets": arch.limits,
             "tunables": [t.name for t in arch.tunables],
             "isa": arch.isa and {"expect": list(arch.isa.expect), "limits": dict(arch.isa.limits)},
+            "device_flags": list(fam.device_flags),
             "dispatch_key": fam.dispatch_key,
             "op_namespace": f"mxlogits_{arch.name}",
             "sources": sorted(p for p in paths if not p.endswith(".h")),

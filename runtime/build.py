@@ -27,7 +27,6 @@ from pathlib import Path
 
 import torch
 
-from .device_flags import device_flags
 from .manifest import ArchRecord, manifest
 
 CACHE_DIR_ENV = "MXLOGITS_CACHE_DIR"
@@ -150,7 +149,7 @@ def _compile(arch: ArchRecord, directory: Path, name: str, build_dir: Path) -> N
         extra_cflags=["-O3"] if device_code else flags,
         # The device pass comes from the arch's target (an explicit -gencode also keeps torch
         # from adding passes of its own).
-        extra_cuda_cflags=flags + device_flags(arch.family, arch.target) if device_code else None,
+        extra_cuda_cflags=flags + list(arch.device_flags) if device_code else None,
         extra_ldflags=None if device_code else flags,  # the compiler driver links -fopenmp's runtime
         extra_include_paths=[str(directory)],
         build_directory=str(build_dir),

@@ -31,6 +31,7 @@ class ArchRecord:
     flags: tuple[str, ...]
     sanitize_flags: tuple[str, ...]  # added to flags by MXLOGITS_SANITIZE=1
     scale_layout: str
+    device_flags: tuple[str, ...]  # the device compiler's flags selecting the pass of `target`
     dispatch_key: str
     op_namespace: str
     sources: tuple[str, ...]
@@ -77,6 +78,7 @@ def manifest() -> Manifest:
             flags=tuple(a["flags"]),
             sanitize_flags=tuple(a["sanitize_flags"]),
             scale_layout=a["scale_layout"],
+            device_flags=tuple(a["device_flags"]),
             dispatch_key=a["dispatch_key"],
             op_namespace=a["op_namespace"],
             sources=tuple(a["sources"]),

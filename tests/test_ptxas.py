@@ -9,10 +9,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from mxlogits.device_flags import device_flags
 from mxlogits_codegen.cli import main as gen_main
 from mxlogits_codegen.cli import write
 from mxlogits_codegen.cubin import code_digests
+from mxlogits_codegen.family import device_flags
 from mxlogits_codegen.ptxas import parse_ptxas, short_name
 from mxlogits_codegen.render import render_all
 from mxlogits_codegen.table import load_table
