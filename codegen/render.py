@@ -11,6 +11,7 @@ from pathlib import Path
 import jinja2
 
 from .family import family
+from .layouts import LAYOUTS, inner_shapes
 from .table import InstanceTable, TableError
 
 
@@ -85,7 +86,7 @@ def render_all(table: InstanceTable, templates: Path) -> dict[str, str]:
         fam = family(arch)
         insts = sorted(table.instances_of(arch.name), key=lambda i: (i.q_per_block, i.block_k))
         read: set[str] = set()
-        ctx = dict(arch=arch, family=fam, instances=insts, budgets=_ReadBudgets(arch.limits, read))
+        ctx = dict(arch=arch, family=fam, instances=insts, budgets=_ReadBudgets(arch.limits, read), layouts=LAYOUTS)
         d = arch.name
         for part in sorted((Path(templates) / "arch" / d).glob("*.j2")):
             emit(f"{d}/{part.name[:-3]}", f"arch/{d}/{part.name}", **ctx)
@@ -138,6 +139,7 @@ def _manifest(table: InstanceTable, files: dict[str, str], arch_files: dict[str,
     doc = {
         "_generated": "by mxlogits-gen from instances.yaml and templates/. Do not edit.",
         "table": asdict(table.table),
+        "layouts": inner_shapes(files["common/abi.h"]),
         "arches": arches,
         "instances": instances,
     }

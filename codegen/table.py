@@ -18,6 +18,7 @@ import yaml
 from yaml.constructor import SafeConstructor
 
 from .flags import rejected_flags
+from .layouts import LAYOUTS
 
 SUPPORTED_HEADS = (32, 64)
 SUPPORTED_HEAD_DIMS = (64, 128)
@@ -29,7 +30,7 @@ TARGETS = {
     "hip": (r"gfx[0-9a-f]+", "gfx<NNN>"),
 }
 FAMILIES = tuple(TARGETS)
-SCALE_LAYOUTS = ("natural", "mfma_permuted")
+SCALE_LAYOUTS = tuple(LAYOUTS)
 # SPEC §3: the bound of an instance whose products and accumulation are exact in fp32.
 DEFAULT_ATOL = 1e-2
 DEFAULT_RTOL = 2e-5

@@ -1,6 +1,7 @@
 """Tensor layouts of the key/query scales and key values (SPEC §6): converters between the natural
-layout and gfx950's "mfma_permuted" layout, layout detection, and the refusal of a tensor laid out
-for another arch. The same bytes in either layout: ranks and shapes tell them apart.
+layout and the "mfma_permuted" one (an arch record's scale_layout names which its kernels read), layout
+detection, and the refusal of a tensor laid out for another arch. The same bytes in either layout:
+ranks and shapes tell them apart; each layout's shapes come from manifest.json.
 
 mfma_permuted, per R-row group (R = H heads of one query row, or the PAGE tokens of one page) of
 B = D/32 scale bytes per row: the byte of row o = 32·mi + m and block b = 2·kt + g is stored at
@@ -19,8 +20,6 @@ from .manifest import manifest
 NATURAL, PERMUTED = "natural", "mfma_permuted"
 LAYOUTS = (NATURAL, PERMUTED)
 KINDS = ("q_scale", "kv_cache", "kv_scale")
-# The arches of each layout (SPEC §6), with those of the instance table added.
-_ARCHES = {NATURAL: ("cpu", "sm90", "gfx1250"), PERMUTED: ("gfx950",)}
 
 
 # Filled from the manifest on first use: plain dicts trace under torch.compile, manifest() does not.
@@ -29,22 +28,13 @@ _ARCH_LAYOUT: dict[str, str] = {}
 
 
 def _shapes(kind: str) -> dict[str, tuple[int, ...]]:
-    """Inner shape (after the leading T or pages dim) of `kind` in each layout."""
+    """Inner shape (after the leading T or pages dim) of `kind` in each layout (manifest.json's)."""
     shapes = _SHAPES.get(kind)
     if shapes is None:
-        shapes = _SHAPES[kind] = _manifest_shapes(kind)
+        if kind not in KINDS:
+            raise ValueError(f"mxlogits: kind: expected one of {KINDS}, found {kind!r}")
+        shapes = _SHAPES[kind] = {layout: manifest().layouts[layout][kind] for layout in LAYOUTS}
     return shapes
-
-
-def _manifest_shapes(kind: str) -> dict[str, tuple[int, ...]]:
-    m = manifest()
-    blocks = m.head_dim // 32
-    if kind == "kv_cache":
-        return {NATURAL: (m.page_size, m.head_dim // 2), PERMUTED: (blocks, m.page_size, 16)}
-    if kind not in KINDS:
-        raise ValueError(f"mxlogits: kind: expected one of {KINDS}, found {kind!r}")
-    rows = m.heads if kind == "q_scale" else m.page_size
-    return {NATURAL: (rows, blocks), PERMUTED: (2, 32, blocks // 2 * (rows // 32))}
 
 
 def _scale_positions(rows: int, blocks: int) -> tuple[torch.Tensor, ...]:
@@ -101,8 +91,7 @@ def from_layout(tensor: torch.Tensor, kind: str) -> torch.Tensor:
 
 def layout_arches(layout: str) -> tuple[str, ...]:
     """The arches whose kernels read `layout`."""
-    table = {a.name for a in manifest().arches.values() if a.scale_layout == layout}
-    return tuple(sorted(table | set(_ARCHES.get(layout, ()))))
+    return tuple(sorted(a.name for a in manifest().arches.values() if a.scale_layout == layout))
 
 
 def arch_layout(arch: str) -> str | None:

@@ -46,6 +46,7 @@ class Manifest:
     head_dim: int
     page_size: int
     arches: dict[str, ArchRecord]
+    layouts: dict[str, dict[str, tuple[int, ...]]]  # layout -> kind -> inner shape (after the leading dim)
     variants: tuple[MqaLogitsVariant, ...]
     defaults: dict[str, MqaLogitsVariant]
     tolerances: dict[MqaLogitsVariant, tuple[float, float]]  # (atol, rtol)
@@ -102,6 +103,9 @@ def manifest() -> Manifest:
         head_dim=table["head_dim"],
         page_size=table["page_size"],
         arches=arches,
+        layouts={
+            layout: {kind: tuple(shape) for kind, shape in kinds.items()} for layout, kinds in doc["layouts"].items()
+        },
         variants=tuple(variants),
         defaults=defaults,
         tolerances=tolerances,

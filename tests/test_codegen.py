@@ -487,3 +487,24 @@ def test_every_abi_field_is_read():
             assert re.search(rf"\.{field}\b", body), f"{arch} body never reads {field}"
     for field in _fields(abi, "SchedArgs"):
         assert re.search(rf"\.{field}\b", sched), f"the schedule builder never reads {field}"
+
+
+def test_manifest_layouts_are_the_launchers_shape_checks_evaluated():
+    """Each layout's inner shapes are written once (codegen/layouts.py, C++ over abi.h's constants): the
+    launcher checks them as written, manifest.json carries their values for the runtime."""
+    generated = ROOT / "generated"
+    doc = json.loads((generated / "manifest.json").read_text())
+    t = doc["table"]
+    h, d, page, blocks = t["heads"], t["head_dim"], t["page_size"], t["head_dim"] // 32
+    assert doc["layouts"] == {
+        "natural": {"q_scale": [h, blocks], "kv_cache": [page, d // 2], "kv_scale": [page, blocks]},
+        "mfma_permuted": {
+            "q_scale": [2, 32, d // 64 * (h // 32)],
+            "kv_cache": [blocks, page, 16],
+            "kv_scale": [2, 32, d // 64 * (page // 32)],
+        },
+    }
+    for arch, rec in doc["arches"].items():
+        launcher = (generated / arch / "launcher.cpp").read_text()
+        wanted = {"natural": "kPageSize, kRowScales", "mfma_permuted": "2, 32, kHeadDim / 64 * (kPageSize / 32)"}
+        assert f'c.inner(in.kv_scale, "kv_scale", {{ {wanted[rec["scale_layout"]]} }}, false);' in launcher, arch
