@@ -12,6 +12,7 @@ import jinja2
 
 from .family import family
 from .layouts import LAYOUTS, inner_shapes
+from .ops import BY_NAME, OPS, manifest_ops
 from .table import InstanceTable, TableError
 
 
@@ -86,7 +87,8 @@ def render_all(table: InstanceTable, templates: Path) -> dict[str, str]:
         fam = family(arch)
         insts = sorted(table.instances_of(arch.name), key=lambda i: (i.q_per_block, i.block_k))
         read: set[str] = set()
-        ctx = dict(arch=arch, family=fam, instances=insts, budgets=_ReadBudgets(arch.limits, read), layouts=LAYOUTS)
+        ctx = dict(arch=arch, family=fam, instances=insts, budgets=_ReadBudgets(arch.limits, read), layouts=LAYOUTS,
+                   ops=OPS, ops_by_name=BY_NAME)
         d = arch.name
         for part in sorted((Path(templates) / "arch" / d).glob("*.j2")):
             emit(f"{d}/{part.name[:-3]}", f"arch/{d}/{part.name}", **ctx)
@@ -140,6 +142,7 @@ def _manifest(table: InstanceTable, files: dict[str, str], arch_files: dict[str,
         "_generated": "by mxlogits-gen from instances.yaml and templates/. Do not edit.",
         "table": asdict(table.table),
         "layouts": inner_shapes(files["common/abi.h"]),
+        "ops": manifest_ops(),
         "arches": arches,
         "instances": instances,
     }

@@ -215,12 +215,8 @@ def load(arch_name: str) -> str:
 
 
 def _register_fakes(namespace: str) -> None:
-    """Meta implementations, so the ops trace under torch.compile: each only checks or writes its
-    `(a!)` arguments in place, and returns nothing."""
-    for op in ("pa_mqa_logits_mxfp4", "build_schedule", "check_logits", "check_schedule"):
-        torch.library.register_fake(f"{namespace}::{op}")(lambda *args, **kwargs: None)
-
-
-def ops(arch_name: str):
-    """torch.ops namespace of `arch_name`'s module, loading it on first use."""
-    return getattr(torch.ops, load(arch_name))
+    """Meta implementations, so the ops trace under torch.compile: an op that returns nothing only
+    checks or writes its `(a!)` arguments in place, so its fake does nothing."""
+    for op in manifest().ops.values():
+        if op.returns == "()":
+            torch.library.register_fake(f"{namespace}::{op.name}")(lambda *args, **kwargs: None)

@@ -40,6 +40,16 @@ class ArchRecord:
 
 
 @dataclass(frozen=True)
+class OpRecord:
+    """One op of every arch's module (codegen/ops.py): its schema, argument names in order, return."""
+
+    name: str
+    schema: str
+    args: tuple[str, ...]
+    returns: str  # "()": the op only checks or writes its (a!) arguments
+
+
+@dataclass(frozen=True)
 class Manifest:
     directory: Path
     heads: int
@@ -47,6 +57,7 @@ class Manifest:
     page_size: int
     arches: dict[str, ArchRecord]
     layouts: dict[str, dict[str, tuple[int, ...]]]  # layout -> kind -> inner shape (after the leading dim)
+    ops: dict[str, OpRecord]
     variants: tuple[MqaLogitsVariant, ...]
     defaults: dict[str, MqaLogitsVariant]
     tolerances: dict[MqaLogitsVariant, tuple[float, float]]  # (atol, rtol)
@@ -106,6 +117,7 @@ def manifest() -> Manifest:
         layouts={
             layout: {kind: tuple(shape) for kind, shape in kinds.items()} for layout, kinds in doc["layouts"].items()
         },
+        ops={name: OpRecord(name, op["schema"], tuple(op["args"]), op["returns"]) for name, op in doc["ops"].items()},
         variants=tuple(variants),
         defaults=defaults,
         tolerances=tolerances,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 from .arch import arch_of
-from .build import ops
 from .layouts import arch_layout, check_layout
 from .manifest import manifest
+from .ops import ops
 from .plan import MqaLogitsPlan, count_arg
 from .validate import check_launch
 
@@ -87,17 +87,19 @@ def pa_mqa_logits_mxfp4(
         check_layout(name, t, name, expected)
     v = plan.variant
     module = ops(arch)
-    leading = (q, q_scale, kv_cache, kv_scale, block_tables, weights, plan.buffers.cta_info, plan.buffers.cta_ranges,
-               plan.local_ends, plan.local_starts)
+    launch = dict(
+        q=q, q_scale=q_scale, kv_cache=kv_cache, kv_scale=kv_scale, block_tables=block_tables, weights=weights,
+        cta_info=plan.buffers.cta_info, cta_ranges=plan.buffers.cta_ranges, local_ends=plan.local_ends,
+        local_starts=plan.local_starts, out=out, num_rows=plan.num_rows, max_seq_len=max_seq_len,
+        q_per_block=v.q_per_block, block_k=v.block_k,
+    )  # fmt: skip
     if out is None or plan.checked is not None:  # every C++ check, before an allocation or a host read
-        module.check_logits(*leading, out, plan.num_rows, max_seq_len, v.q_per_block, v.block_k)
+        module.check_logits(**launch)
     if plan.checked is not None:
         check_launch(plan.checked, block_tables, kv_cache.shape[0], manifest().page_size, max_seq_len)
     if out is None:
-        out = _new_out(q.shape[0], max_seq_len, device)
-    module.pa_mqa_logits_mxfp4(
-        *leading, out, plan.num_rows, max_seq_len, float(weight_scale), v.q_per_block, v.block_k
-    )
+        out = launch["out"] = _new_out(q.shape[0], max_seq_len, device)
+    module.pa_mqa_logits_mxfp4(**launch, weight_scale=float(weight_scale))
     return out
 
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 import torch
 
 from .arch import arch_of, normalize_device
-from .build import ops
 from .manifest import MqaLogitsVariant, manifest, resolve_variant, variants
+from .ops import ops
 from .validate import CheckedWindows, check_plan, validate_enabled
 
 INT32_MAX = 2**31 - 1
@@ -109,7 +109,9 @@ def plan_buffers(
         count_arg(num_ctas, "num_ctas", 1)
     dev = normalize_device(device)
     v = resolve_variant(variant, arch_of(dev))
-    sizes = ops(v.arch).schedule_sizes(dev, total_q, batch, v.q_per_block, v.block_k, num_ctas or 0)
+    sizes = ops(v.arch).schedule_sizes(
+        device=dev, num_rows=total_q, batch=batch, q_per_block=v.q_per_block, block_k=v.block_k, num_ctas=num_ctas or 0
+    )
     ctas, records, scratch_len, _, record_ints, range_ints = sizes  # the row widths: the module's ABI
     try:
         cta_info = torch.zeros((records, record_ints), dtype=torch.int32, device=dev)
@@ -187,26 +189,26 @@ def plan(
             raise ValueError(
                 f"mxlogits: {name}: expected a tensor on {buffers.device} (the buffers' device), found {where}"
             )
-    schedule = (
-        tensors["cu_seq_q"],
-        local_ends,
-        local_starts,
-        row_to_batch,
-        buffers.cta_info,
-        buffers.cta_ranges,
-        buffers.scratch,
-        num_rows,
-        batch,
-        v.q_per_block,
-        v.block_k,
+    schedule = dict(
+        cu_seq_q=tensors["cu_seq_q"],
+        local_ends=local_ends,
+        local_starts=local_starts,
+        row_to_batch=row_to_batch,
+        cta_info=buffers.cta_info,
+        cta_ranges=buffers.cta_ranges,
+        scratch=buffers.scratch,
+        num_rows=num_rows,
+        batch=batch,
+        q_per_block=v.q_per_block,
+        block_k=v.block_k,
     )
     checked = None
     if validate_enabled() if validate is None else validate:
-        ops(v.arch).check_schedule(*schedule)  # the checks the builder makes, so the host reads valid tensors
+        ops(v.arch).check_schedule(**schedule)  # the checks the builder makes, so the host reads valid tensors
         checked = check_plan(
             v.q_per_block, num_rows, batch, tensors["cu_seq_q"], local_ends, local_starts, row_to_batch
         )
-    ops(v.arch).build_schedule(*schedule)
+    ops(v.arch).build_schedule(**schedule)
     generation = None
     if not torch.compiler.is_compiling():
         buffers.plans.value += 1

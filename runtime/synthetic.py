@@ -37,11 +37,16 @@ class Scene:
     def batch(self) -> int:
         return self.block_tables.shape[0]
 
-    def inputs(self, weights: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
-        """(q, q_scale, kv_cache, kv_scale, block_tables, weights): the leading arguments of the op
-        and of reference_logits."""
+    def named_inputs(self, weights: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """{q, q_scale, kv_cache, kv_scale, block_tables, weights}: the leading arguments of the op
+        and of reference_logits, by name."""
         w = self.weights if weights is None else weights
-        return self.q, self.q_scale, self.kv_cache, self.kv_scale, self.block_tables, w
+        return dict(q=self.q, q_scale=self.q_scale, kv_cache=self.kv_cache, kv_scale=self.kv_scale,
+                    block_tables=self.block_tables, weights=w)  # fmt: skip
+
+    def inputs(self, weights: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+        """named_inputs' values, in that order."""
+        return tuple(self.named_inputs(weights).values())
 
 
 def make_scene(

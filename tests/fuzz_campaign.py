@@ -28,7 +28,8 @@ from collections import Counter
 
 import mxlogits as mx
 import torch
-from mxlogits.build import load, sanitize_enabled
+from mxlogits.build import sanitize_enabled
+from mxlogits.ops import ops
 from mxlogits.synthetic import Scene, make_scene
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -329,11 +330,12 @@ def forged_case(case: int, rng: random.Random, variant, pools: Pools, tally: Tal
     ]
     i32 = lambda v: torch.tensor(v, dtype=torch.int32, device=scene.q.device)
     buffer, out = framed_out(scene, rng)
-    ops = getattr(torch.ops, load(variant.arch))
-    ops.pa_mqa_logits_mxfp4(
-        *scene.inputs(), i32(records), i32(ranges), p.local_ends, p.local_starts, out, p.num_rows,
-        scene.max_seq_len, 1.0, variant.q_per_block, variant.block_k,
-    )
+    ops(variant.arch).pa_mqa_logits_mxfp4(
+        **scene.named_inputs(),
+        cta_info=i32(records), cta_ranges=i32(ranges), local_ends=p.local_ends, local_starts=p.local_starts, out=out,
+        num_rows=p.num_rows, max_seq_len=scene.max_seq_len, weight_scale=1.0, q_per_block=variant.q_per_block,
+        block_k=variant.block_k,
+    )  # fmt: skip
     tally.counts["forged schedules"] += 1
     tally.counts["forged records"] += len(records)
     tally.stray(case, buffer, window_mask(buffer, scene, scene.max_seq_len))

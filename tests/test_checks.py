@@ -33,13 +33,9 @@ def decode_case(rows: int = 10, variant=None):
     return make_case([200 + 13 * i for i in range(rows)], [(i, 0, 200 + 13 * i) for i in range(rows)], variant)
 
 
-def named_inputs(case) -> dict:
-    return dict(zip(("q", "q_scale", "kv_cache", "kv_scale", "block_tables", "weights"), case.inputs()))
-
-
 def raw_args(case, p, variant, out, **override):
     args = dict(
-        **named_inputs(case),
+        **case.named_inputs(),
         cta_info=p.buffers.cta_info,
         cta_ranges=p.buffers.cta_ranges,
         local_ends=p.local_ends,
@@ -214,7 +210,7 @@ def test_argument_errors_name_argument_expected_and_found(arch):
     }
     out = torch.full((3, case.max_seq_len), NEG_INF, device=device_of(arch))
     for name, (value, message) in bad.items():
-        args = named_inputs(case) | {name: value}
+        args = case.named_inputs() | {name: value}
         with pytest.raises(RuntimeError, match=rf"^mxlogits\[{arch}\] .*{message}"):
             mx.pa_mqa_logits_mxfp4(**args, plan=p, max_seq_len=case.max_seq_len, out=out)
     assert torch.isneginf(out).all()
@@ -318,7 +314,7 @@ def test_devices_must_match(arch):
     if arch != "cpu":  # a GPU plan fed host windows, and a GPU launch with a host block table
         with pytest.raises(ValueError, match=rf"local_ends: expected a tensor on {dev} .*found cpu"):
             mx.plan(case.cu_seq_q, case.local_ends.cpu(), buffers=p.buffers)
-        args = named_inputs(case) | {"block_tables": case.block_tables.cpu()}
+        args = case.named_inputs() | {"block_tables": case.block_tables.cpu()}
         with pytest.raises(ValueError, match=rf"block_tables: expected a tensor on {dev} \(that of q\), found cpu"):
             mx.pa_mqa_logits_mxfp4(**args, plan=p, max_seq_len=case.max_seq_len)
 
@@ -497,7 +493,7 @@ def test_out_overlapping_an_input_is_refused(arch, shared):
     v = mx.default_variant(arch)
     case = decode_case(3, v)
     p = make_plan(case, v)
-    inputs = named_inputs(case)
+    inputs = case.named_inputs()
     t = inputs[shared]
     out_bytes = 3 * case.max_seq_len * 4
     arena = torch.zeros(max(t.numel() * t.element_size(), out_bytes), dtype=torch.uint8, device=device_of(arch))

@@ -508,3 +508,25 @@ def test_manifest_layouts_are_the_launchers_shape_checks_evaluated():
         launcher = (generated / arch / "launcher.cpp").read_text()
         wanted = {"natural": "kPageSize, kRowScales", "mfma_permuted": "2, 32, kHeadDim / 64 * (kPageSize / 32)"}
         assert f'c.inner(in.kv_scale, "kv_scale", {{ {wanted[rec["scale_layout"]]} }}, false);' in launcher, arch
+
+
+def test_op_signatures_come_from_one_table():
+    """codegen/ops.py states each op once: the launcher's declarations and definitions, the schema
+    strings of bindings.cpp and manifest.json's op list all read it."""
+    from mxlogits_codegen.ops import OPS
+
+    generated = ROOT / "generated"
+    doc = json.loads((generated / "manifest.json").read_text())
+    assert doc["ops"] == {
+        op.name: {"schema": op.schema, "args": [a.name for a in op.args], "returns": op.returns} for op in OPS
+    }
+    for arch in doc["arches"]:
+        bindings = (generated / arch / "bindings.cpp").read_text()
+        schemas = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', bindings))  # adjacent literals joined, as C++ does
+        header = (generated / arch / "launcher.h").read_text()
+        source = (generated / arch / "launcher.cpp").read_text()
+        for op in OPS:
+            assert op.schema in schemas, (arch, op.name)
+            assert f"\n{op.signature()};\n" in header and f"\n{op.signature()} {{\n" in source, (arch, op.name)
+            registered = f'm.impl("{op.name}", &mxlogits::{arch}::{op.name});' in bindings
+            assert registered == op.dispatched, (arch, op.name)

@@ -271,35 +271,35 @@ def test_opcheck(variant):
     case = make_case([300, 200], causal_rows(0, 290, 4) + causal_rows(1, 190, 4), variant)
     p = make_plan(case, variant)
     out = torch.full((case.total_q, case.max_seq_len), float("-inf"), device=device_of(variant))
-    args = (
-        *case.inputs(),
-        p.buffers.cta_info,
-        p.buffers.cta_ranges,
-        p.local_ends,
-        p.local_starts,
-        out,
-        p.num_rows,
-        case.max_seq_len,
-        1.0,
-        variant.q_per_block,
-        variant.block_k,
+    logits = dict(
+        **case.named_inputs(),
+        cta_info=p.buffers.cta_info,
+        cta_ranges=p.buffers.cta_ranges,
+        local_ends=p.local_ends,
+        local_starts=p.local_starts,
+        out=out,
+        num_rows=p.num_rows,
+        max_seq_len=case.max_seq_len,
+        weight_scale=1.0,
+        q_per_block=variant.q_per_block,
+        block_k=variant.block_k,
     )
     ops = ops_of(variant.arch)
-    torch.library.opcheck(ops.pa_mqa_logits_mxfp4.default, args)
-    sched = (
-        case.cu_seq_q,
-        case.local_ends,
-        case.local_starts,
-        case.row_to_batch,
-        p.buffers.cta_info,
-        p.buffers.cta_ranges,
-        p.buffers.scratch,
-        case.total_q,
-        case.batch,
-        variant.q_per_block,
-        variant.block_k,
+    torch.library.opcheck(ops.pa_mqa_logits_mxfp4.default, (), logits)
+    sched = dict(
+        cu_seq_q=case.cu_seq_q,
+        local_ends=case.local_ends,
+        local_starts=case.local_starts,
+        row_to_batch=case.row_to_batch,
+        cta_info=p.buffers.cta_info,
+        cta_ranges=p.buffers.cta_ranges,
+        scratch=p.buffers.scratch,
+        num_rows=case.total_q,
+        batch=case.batch,
+        q_per_block=variant.q_per_block,
+        block_k=variant.block_k,
     )
-    torch.library.opcheck(ops.build_schedule.default, sched)
+    torch.library.opcheck(ops.build_schedule.default, (), sched)
 
 
 def test_traces_under_torch_compile(arch):

@@ -59,17 +59,17 @@ def neg_inf(case, rows=None) -> torch.Tensor:
 def raw_launch(case, variant, out, cta_info, cta_ranges, num_rows) -> None:
     """torch.ops.mxlogits_<arch>.pa_mqa_logits_mxfp4 with a schedule of the caller's choosing."""
     ops_of(variant.arch).pa_mqa_logits_mxfp4(
-        *case.inputs(),
-        cta_info,
-        cta_ranges,
-        case.local_ends,
-        case.local_starts,
-        out,
-        num_rows,
-        case.max_seq_len,
-        1.0,
-        variant.q_per_block,
-        variant.block_k,
+        **case.named_inputs(),
+        cta_info=cta_info,
+        cta_ranges=cta_ranges,
+        local_ends=case.local_ends,
+        local_starts=case.local_starts,
+        out=out,
+        num_rows=num_rows,
+        max_seq_len=case.max_seq_len,
+        weight_scale=1.0,
+        q_per_block=variant.q_per_block,
+        block_k=variant.block_k,
     )
     if out.is_cuda:
         torch.cuda.synchronize()  # memcheck reports land on this case
