@@ -85,20 +85,36 @@ def _args(spec: str, writes: dict[str, str] | None = None) -> tuple[Arg, ...]:
     return tuple(out)
 
 
-_SCHEDULE = "Tensor? cu_seq_q, Tensor local_ends, Tensor? local_starts, Tensor? row_to_batch, Tensor cta_info, " \
-            "Tensor cta_ranges, Tensor scratch, int num_rows, int batch, int q_per_block, int block_k"  # fmt: skip
-_LOGITS_INPUTS = "Tensor q, Tensor q_scale, Tensor kv_cache, Tensor kv_scale, Tensor block_tables, Tensor weights, " \
-                 "Tensor cta_info, Tensor cta_ranges, Tensor local_ends, Tensor? local_starts"  # fmt: skip
+_SCHEDULE = (
+    "Tensor? cu_seq_q, Tensor local_ends, Tensor? local_starts, Tensor? row_to_batch, Tensor cta_info, "
+    "Tensor cta_ranges, Tensor scratch, int num_rows, int batch, int q_per_block, int block_k"
+)
+_LOGITS_INPUTS = (
+    "Tensor q, Tensor q_scale, Tensor kv_cache, Tensor kv_scale, Tensor block_tables, Tensor weights, Tensor cta_info, "
+    "Tensor cta_ranges, Tensor local_ends, Tensor? local_starts"
+)
 
 OPS = (
-    Op("schedule_sizes", _args("Device device, int num_rows, int batch, int q_per_block, int block_k, int num_ctas"),
-       "int[]", dispatched=False),  # fmt: skip
+    Op(
+        "schedule_sizes",
+        _args("Device device, int num_rows, int batch, int q_per_block, int block_k, int num_ctas"),
+        "int[]",
+        dispatched=False,
+    ),
     Op("build_schedule", _args(_SCHEDULE, {"cta_info": "a", "cta_ranges": "b", "scratch": "c"}), "()"),
-    Op("check_schedule", _args(_SCHEDULE), "()"),
-    Op("pa_mqa_logits_mxfp4", _args(f"{_LOGITS_INPUTS}, Tensor out, int num_rows, int max_seq_len, "
-                                    "float weight_scale, int q_per_block, int block_k", {"out": "a"}), "()"),  # fmt: skip
-    Op("check_logits", _args(f"{_LOGITS_INPUTS}, Tensor? out, int num_rows, int max_seq_len, int q_per_block, "
-                             "int block_k"), "()"),  # fmt: skip
+    Op("check_schedule", _args(_SCHEDULE), "()"),  # build_schedule's checks alone: it writes nothing
+    Op(
+        "pa_mqa_logits_mxfp4",
+        _args(f"{_LOGITS_INPUTS}, Tensor out, int num_rows, int max_seq_len, float weight_scale, int q_per_block, "
+              "int block_k", {"out": "a"}),  # fmt: skip
+        "()",
+    ),
+    # pa_mqa_logits_mxfp4's checks alone; out may be absent (the checks made before allocating it)
+    Op(
+        "check_logits",
+        _args(f"{_LOGITS_INPUTS}, Tensor? out, int num_rows, int max_seq_len, int q_per_block, int block_k"),
+        "()",
+    ),
 )
 BY_NAME = {op.name: op for op in OPS}
 

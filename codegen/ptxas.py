@@ -1,11 +1,10 @@
 """mxlogits-gen --ptxas: compile every instance TU of every cuda arch of a rendered generated/ for
 its target alone and report what ptxas allocated per kernel (registers, shared memory, stack,
-spills) and a digest of each function's code (cubin.py: equal digests, the same SASS). A spill or
-a stack frame fails the run: on the GPU either one is local-memory traffic on the hot path. So does
-a wgmma pipeline ptxas had to serialize (its C751x performance warnings): the tensor cores would
-then wait on every instruction. Needs nvcc only, no GPU and no torch headers (instance TUs include
-none). smem is static shared memory: what a body requests dynamically at launch is not ptxas's to
-see."""
+spills) and a digest of each function's code (cubin.py: equal digests, the same SASS), and hold each
+function to its arch record's `ptxas` entry: stack and spill bytes within its limits, none of the
+performance warnings it refuses (sm90: a serialized wgmma pipeline). Needs nvcc only, no GPU and no
+torch headers (instance TUs include none). smem is static shared memory: what a body requests
+dynamically at launch is not ptxas's to see."""
 
 from __future__ import annotations
 
@@ -16,10 +15,11 @@ import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cubin import code_digests
+from .table import PTXAS_LIMITS
 
 JOBS = 2  # CI runners are small; a GPU body's TU takes most of a core and a few GB
 _INSTANCE_TU = re.compile(r"(?P<arch>\w+)/instance_(?P<instance>\w+)\.(cu|hip|cpp)")
@@ -28,8 +28,9 @@ _PROPERTIES = re.compile(r"Function properties for (\S+)")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _USED = re.compile(r"Used (\d+) registers")
 _SMEM = re.compile(r"(\d+) bytes smem")
-_SERIALIZED = re.compile(r"\((C75\d\d)\) Potential Performance Loss: (wgmma\.mma_async instructions are serialized .*?) "
-                         r"(?:in|for) the function '([^']+)'")
+# A performance warning about one function, e.g. "(C7512) Potential Performance Loss: wgmma.mma_async
+# instructions are serialized due to insufficient register resources for the function '...'".
+_WARNING = re.compile(r"\((C\d{4})\) (?:Potential Performance Loss: )?(.*?) (?:in|for) the function '([^']+)'")
 
 
 @dataclass
@@ -43,11 +44,19 @@ class Function:
     stack: int = 0
     spill_stores: int = 0
     spill_loads: int = 0
-    serialized: str | None = None  # why ptxas serialized the function's wgmma pipeline
+    warnings: list[str] = field(default_factory=list)  # "C7512: what ptxas says of it"
 
-    @property
-    def clean(self) -> bool:
-        return self.stack == 0 and self.spill_stores == 0 and self.spill_loads == 0 and self.serialized is None
+    def failures(self, record: dict) -> list[str]:
+        """What breaks the arch record's `ptxas` entry (manifest.json's: limits, refuse), or []."""
+        out = []
+        for key, bounded in PTXAS_LIMITS.items():
+            limit = record["limits"].get(key)
+            out += [f"{getattr(self, a)} {what} over {key} {limit}" for a, what in bounded.items()
+                    if limit is not None and getattr(self, a) > limit]  # fmt: skip
+        for warning in self.warnings:
+            out += [f"{warning} ({meaning}: refused by instances.yaml's ptxas entry)"
+                    for meaning, pattern in record["refuse"].items() if re.search(pattern, warning)]  # fmt: skip
+        return out
 
 
 @dataclass(frozen=True)
@@ -63,8 +72,8 @@ def parse_ptxas(text: str) -> list[Function]:
     functions: dict[str, Function] = {}
     entry = current = None
     for line in text.splitlines():
-        if m := _SERIALIZED.search(line):
-            functions.setdefault(m.group(3), Function(m.group(3))).serialized = f"{m.group(1)}: {m.group(2)}"
+        if m := _WARNING.search(line):
+            functions.setdefault(m.group(3), Function(m.group(3))).warnings.append(f"{m.group(1)}: {m.group(2)}")
         elif m := _ENTRY.search(line):
             entry = functions.setdefault(m.group(1), Function(m.group(1)))
             entry.entry = True
@@ -137,8 +146,20 @@ def _compile(unit: Unit) -> subprocess.CompletedProcess:
     return subprocess.run(unit.command, capture_output=True, text=True, check=False)
 
 
+def held(record: dict) -> str:
+    """What an arch record's `ptxas` entry holds its functions to, in words: 'no spills, no stack frames,
+    no serialized wgmma' for sm90's."""
+    limits = record["limits"]
+    words = {"max_spill_bytes": ("no spills", "spills of at most {} bytes"),
+             "max_stack_bytes": ("no stack frames", "stack frames of at most {} bytes")}  # fmt: skip
+    said = [none if limits[key] == 0 else some.format(limits[key]) for key, (none, some) in words.items()
+            if key in limits]  # fmt: skip
+    return ", ".join(said + [f"no {meaning}" for meaning in record["refuse"]]) or "nothing held"
+
+
 def report(generated: Path) -> int:
-    """Print the resource table; 0 clean, 1 a spill, stack frame or serialized wgmma, 2 a compile error or no nvcc."""
+    """Print the resource table; 0 clean, 1 a function outside its arch record's ptxas entry, 2 a compile
+    error or no nvcc."""
     doc = json.loads((generated / "manifest.json").read_text())
     if not any(a["family"] == "cuda" for a in doc["arches"].values()):
         print(f"mxlogits-gen: no cuda arch in {generated / 'manifest.json'}; nothing for ptxas to report")
@@ -173,13 +194,17 @@ def report(generated: Path) -> int:
         kernel = short_name(names[f.name])
         code = codes[u].get(f.name, "-")
         print(f"{u.arch:10} {u.instance:16} {kernel:72} {regs:>5} {f.smem:7} {f.stack:6} {spills:>13}  {code}")
-    dirty = [(u, f) for u, f in rows if not f.clean]
-    for u, f in dirty:
-        why = f"{f.stack} bytes stack frame, {f.spill_stores} bytes spill stores, {f.spill_loads} bytes spill loads"
-        if f.serialized:
-            why += f"; {f.serialized}"
-        print(f"mxlogits-gen: {u.arch} {u.instance}: {names[f.name]}: {why}", file=sys.stderr)
+    records = {a: rec["ptxas"] or {"limits": {}, "refuse": {}} for a, rec in doc["arches"].items()}
+    for arch in sorted({u.arch for u in units if not doc["arches"][u.arch]["ptxas"]}):
+        print(f"mxlogits-gen: arch {arch} has no ptxas entry: nothing held beyond compiling")
+    dirty = [(u, f, f.failures(records[u.arch])) for u, f in rows]
+    dirty = [(u, f, why) for u, f, why in dirty if why]
+    for u, f, why in dirty:
+        print(f"mxlogits-gen: {u.arch} {u.instance}: {names[f.name]}: {'; '.join(why)}", file=sys.stderr)
     if dirty:
         return 1
-    print(f"mxlogits-gen: {len(rows)} functions in {len(units)} instance TUs: no spills, no stack frames, no serialized wgmma")
+    arches = sorted({u.arch for u in units})
+    phrases = {held(records[a]) for a in arches}
+    summary = phrases.pop() if len(phrases) == 1 else "; ".join(f"{a}: {held(records[a])}" for a in arches)
+    print(f"mxlogits-gen: {len(rows)} functions in {len(units)} instance TUs: {summary}")
     return 0

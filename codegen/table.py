@@ -45,11 +45,6 @@ _EXPRESSIONS = jinja2.Environment(undefined=jinja2.StrictUndefined)
 SWEPT_COLUMNS = {"cta_resident": (1, INT32_MAX), "setup_tokens": (0, INT32_MAX)}
 
 
-def default_setup_tokens(q_per_block: int) -> int:
-    """An instance's setup_tokens when its row names none (instances.yaml says why these)."""
-    return 512 if q_per_block == 1 else 448
-
-
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # An arch record's `isa` limits, held by `mxlogits-gen --isa` against every kernel of the device pass:
 # key -> (the report's attribute, its column, whether the limit is a minimum).
@@ -59,6 +54,14 @@ ISA_LIMITS = {
     "max_sgprs": ("sgprs", "SGPRs", False),
     "max_lds_bytes": ("lds", "LDS bytes", False),
     "min_occupancy": ("occupancy", "waves/SIMD", True),
+}
+
+
+# An arch record's `ptxas` limits, held by `mxlogits-gen --ptxas` against every function of the arch's
+# instance TUs: key -> {attribute of the report's Function it bounds: what ptxas calls it}.
+PTXAS_LIMITS = {
+    "max_stack_bytes": {"stack": "bytes stack frame"},
+    "max_spill_bytes": {"spill_stores": "bytes spill stores", "spill_loads": "bytes spill loads"},
 }
 
 
@@ -108,6 +111,26 @@ class Isa:
 
 
 @dataclass(frozen=True)
+class Ptxas:
+    """What ptxas may report of a cuda arch's functions (checked by `mxlogits-gen --ptxas`, not by the
+    templates): every function within `limits`, and no performance warning matching a `refuse` pattern."""
+
+    limits: tuple[tuple[str, int], ...]  # (PTXAS_LIMITS key, value)
+    refuse: tuple[tuple[str, str], ...]  # (what the warning means, regex over its text)
+
+
+@dataclass(frozen=True)
+class SetupTokens:
+    """An arch's default of an instance's setup_tokens, at q_per_block 1 and above."""
+
+    one_row: int
+    more_rows: int
+
+    def of(self, q_per_block: int) -> int:
+        return self.one_row if q_per_block == 1 else self.more_rows
+
+
+@dataclass(frozen=True)
 class Arch:
     name: str
     family: str
@@ -117,7 +140,9 @@ class Arch:
     scale_layout: str
     budgets: tuple[Budget, ...]
     tunables: tuple[Tunable, ...]
+    setup_tokens: SetupTokens  # what an instance row that names no setup_tokens gets
     isa: Isa | None
+    ptxas: Ptxas | None
     line: int = field(compare=False)
     column: int = field(compare=False)
 
@@ -209,6 +234,14 @@ class _Reader:
             raise self.error(node, key, expected, repr(v))
         return v
 
+    def regex(self, node: yaml.Node, key: str, expected: str) -> str:
+        pattern = self.string(node, key, expected)
+        try:
+            re.compile(pattern)
+        except re.error as err:
+            raise self.error(node, key, "a valid regular expression", f"{pattern!r}: {err}") from None
+        return pattern
+
     def identifier(self, node: yaml.Node, key: str) -> str:
         v = self.value(node)
         if not isinstance(v, str) or not _IDENTIFIER.match(v):
@@ -246,8 +279,8 @@ def _table(r: _Reader, node: yaml.Node) -> Table:
 
 def _arch(r: _Reader, node: yaml.Node, i: int, templates: Path) -> Arch:
     key = f"arches[{i}]"
-    keys = ("name", "family", "target", "flags", "scale_layout")
-    m = r.mapping(node, key, keys + ("budgets", "sanitize_flags", "tunables", "isa"), keys)
+    keys = ("name", "family", "target", "flags", "scale_layout", "setup_tokens")
+    m = r.mapping(node, key, keys + ("budgets", "sanitize_flags", "tunables", "isa", "ptxas"), keys)
     name = r.identifier(m["name"], f"{key}.name")
     for part in ("traits.h.j2", "body.h.j2"):
         if not (templates / "arch" / name / part).is_file():
@@ -265,6 +298,9 @@ def _arch(r: _Reader, node: yaml.Node, i: int, templates: Path) -> Arch:
     if "isa" in m and fam != "hip":
         raise r.error(m["isa"], f"{key}.isa", "isa limits on a hip arch only (its device pass is what --isa reads)",
                       f"them on a {fam} arch")
+    if "ptxas" in m and fam != "cuda":
+        raise r.error(m["ptxas"], f"{key}.ptxas", "ptxas limits on a cuda arch only (ptxas compiles its pass)",
+                      f"them on a {fam} arch")
     return Arch(
         name=name,
         family=fam,
@@ -274,7 +310,9 @@ def _arch(r: _Reader, node: yaml.Node, i: int, templates: Path) -> Arch:
         scale_layout=r.string(m["scale_layout"], f"{key}.scale_layout", f"one of {list(SCALE_LAYOUTS)}", SCALE_LAYOUTS),
         budgets=_budgets(r, m["budgets"], f"{key}.budgets", tunables) if "budgets" in m else (),
         tunables=tunables,
+        setup_tokens=_setup_tokens(r, m["setup_tokens"], f"{key}.setup_tokens"),
         isa=_isa(r, m["isa"], f"{key}.isa") if "isa" in m else None,
+        ptxas=_ptxas(r, m["ptxas"], f"{key}.ptxas") if "ptxas" in m else None,
         line=node.start_mark.line + 1,
         column=node.start_mark.column + 1,
     )
@@ -285,12 +323,7 @@ def _isa(r: _Reader, node: yaml.Node, key: str) -> Isa:
     m = r.mapping(node, key, ("expect",) + tuple(ISA_LIMITS), ())
     expect = []
     for j, e in enumerate(r.sequence(m["expect"], f"{key}.expect") if "expect" in m else ()):
-        pattern = r.string(e, f"{key}.expect[{j}]", "a regular expression over one instruction line")
-        try:
-            re.compile(pattern)
-        except re.error as err:
-            raise r.error(e, f"{key}.expect[{j}]", "a valid regular expression", f"{pattern!r}: {err}") from None
-        expect.append(pattern)
+        expect.append(r.regex(e, f"{key}.expect[{j}]", "a regular expression over one instruction line"))
     limits = []
     for name, (_, _, at_least) in ISA_LIMITS.items():
         if name in m:
@@ -298,6 +331,36 @@ def _isa(r: _Reader, node: yaml.Node, key: str) -> Isa:
             limits.append((name, r.integer(m[name], f"{key}.{name}", f"an integer in [{low}, {INT32_MAX}]",
                                            lambda v, low=low: low <= v <= INT32_MAX)))  # fmt: skip
     return Isa(tuple(expect), tuple(limits))
+
+
+def _ptxas(r: _Reader, node: yaml.Node, key: str) -> Ptxas:
+    """`ptxas: {max_stack_bytes: N, max_spill_bytes: N, refuse: {meaning: regex, ...}}`, every key optional."""
+    m = r.mapping(node, key, ("refuse",) + tuple(PTXAS_LIMITS), ())
+    limits = tuple(
+        (name, r.integer(m[name], f"{key}.{name}", f"an integer in [0, {INT32_MAX}]", lambda v: 0 <= v <= INT32_MAX))
+        for name in PTXAS_LIMITS
+        if name in m
+    )
+    refuse = []
+    if "refuse" in m:
+        if not isinstance(m["refuse"], yaml.MappingNode):
+            raise r.error(m["refuse"], f"{key}.refuse", "a mapping of meaning: regex", r._describe(m["refuse"]))
+        for knode, vnode in m["refuse"].value:
+            meaning = r.string(knode, f"{key}.refuse", "what the warning means, as a non-empty string")
+            if meaning in dict(refuse):
+                raise r.error(knode, f"{key}.refuse.{meaning}", "each meaning once", "a duplicate key")
+            refuse.append((meaning, r.regex(vnode, f"{key}.refuse.{meaning}", "a regular expression over a warning")))
+    return Ptxas(limits, tuple(refuse))
+
+
+def _setup_tokens(r: _Reader, node: yaml.Node, key: str) -> SetupTokens:
+    """`setup_tokens: {one_row: N, more_rows: N}`: the default at q_per_block 1 and above."""
+    m = r.mapping(node, key, ("one_row", "more_rows"), ("one_row", "more_rows"))
+    low, high = SWEPT_COLUMNS["setup_tokens"]
+    return SetupTokens(*(
+        r.integer(m[name], f"{key}.{name}", f"an integer in [{low}, {high}]", lambda v: low <= v <= high)
+        for name in ("one_row", "more_rows")
+    ))  # fmt: skip
 
 
 def _flags(r: _Reader, node: yaml.Node, key: str, family: str, base: tuple[str, ...]) -> tuple[str, ...]:
@@ -417,7 +480,7 @@ def _instance(r: _Reader, node: yaml.Node, i: int, table: Table, arches: dict[st
             lambda v: 0 < v <= INT32_MAX and v % page == 0,
         ),
         cta_resident=swept("cta_resident"),
-        setup_tokens=swept("setup_tokens") if "setup_tokens" in m else default_setup_tokens(q_per_block),
+        setup_tokens=swept("setup_tokens") if "setup_tokens" in m else arches[arch].setup_tokens.of(q_per_block),
         default=r.boolean(m["default"], f"{key}.default") if "default" in m else False,
         atol=r.number(m["atol"], f"{key}.atol") if "atol" in m else DEFAULT_ATOL,
         rtol=r.number(m["rtol"], f"{key}.rtol") if "rtol" in m else DEFAULT_RTOL,

@@ -1,5 +1,5 @@
 """The head of the small instance tables codegen tests build on: the table line and a cpu arch record
-(8 lines, so a test's own lines start at 9)."""
+(9 lines, so a test's own lines start at 10)."""
 
 CPU_TABLE_HEAD = """\
 table: {heads: 64, head_dim: 128, page_size: 64}
@@ -9,5 +9,6 @@ arches:
     target: host
     flags: [-O3]
     scale_layout: natural
+    setup_tokens: {one_row: 512, more_rows: 448}
     budgets: {scratch_bytes: 1048576}
 """

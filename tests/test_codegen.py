@@ -26,6 +26,7 @@ arches:
     target: host
     flags: [-O3]
     scale_layout: natural
+    setup_tokens: {one_row: 512, more_rows: 448}
     budgets:
       scratch_bytes: {limit: 1048576, use: "4 * (q_per_block * heads * (head_dim + 1) + (block_k + 8) * head_dim)"}
 instances:
@@ -74,7 +75,7 @@ ERRORS = {
         "name: qlen4_kv256",
         "name: qlen1_kv64",
         "q_per_block: 4",
-        r"instances\.name: expected a unique \(arch, name\), found \('cpu', 'qlen1_kv64'\) again \(first at line 14\)",
+        r"instances\.name: expected a unique \(arch, name\), found \('cpu', 'qlen1_kv64'\) again \(first at line 15\)",
     ),
     "no default": (
         ", default: true}",
@@ -86,7 +87,7 @@ ERRORS = {
         "cta_resident: 8}",
         "cta_resident: 8, default: true}",
         "- name: cpu",
-        r"found 'qlen1_kv64' \(line 14\), 'qlen4_kv256' \(line 15\)",
+        r"found 'qlen1_kv64' \(line 15\), 'qlen4_kv256' \(line 16\)",
     ),
     "q_per_block < 1": (
         "q_per_block: 1,",
@@ -129,7 +130,7 @@ ERRORS = {
         "q_per_block: 4, block_k: 256",
         "q_per_block: 1, block_k: 64",
         "qlen4_kv256",
-        r"expected one instance per \(q_per_block, block_k\) of arch 'cpu', found \(1, 64\) in both 'qlen1_kv64' \(line 14\) and 'qlen4_kv256'",
+        r"expected one instance per \(q_per_block, block_k\) of arch 'cpu', found \(1, 64\) in both 'qlen1_kv64' \(line 15\) and 'qlen4_kv256'",
     ),
     "instance of an unknown arch": (
         "{arch: cpu, name: qlen4",
@@ -209,7 +210,7 @@ ERRORS = {
         "q_per_block: 4, block_k: 256",
         "q_per_block: 32, block_k: 256",
         "q_per_block: 32",
-        r"instances\[1\]: expected an instance within budget scratch_bytes = 1048576 of arch 'cpu' \(line 12\), "
+        r"instances\[1\]: expected an instance within budget scratch_bytes = 1048576 of arch 'cpu' \(line 13\), "
         r"found one that needs 1191936 \(4 \* \(q_per_block",
     ),
     "a budget expression over unknown names": (
@@ -302,7 +303,8 @@ def test_a_flag_nvcc_rejects_is_refused(tmp_path):
     shutil.copytree(Path(__file__).parent / "fixtures" / "stub_arches" / "stubcuda", templates / "arch" / "stubcuda")
     stub = (
         "  - {name: stubcuda, family: cuda, target: sm_90a, flags: [-O3, --no-such-nvcc-flag], "
-        "scale_layout: natural, budgets: {max_registers: 32}}\ninstances:\n"
+        "scale_layout: natural, setup_tokens: {one_row: 512, more_rows: 448}, budgets: {max_registers: 32}}\n"
+        "instances:\n"
         "  - {arch: stubcuda, name: clean, q_per_block: 1, block_k: 64, cta_resident: 8, default: true}\n"
     )
     with pytest.raises(TableError, match=r"flags\[1\]: expected a flag the cuda compiler accepts, found "
@@ -313,7 +315,7 @@ def test_a_flag_nvcc_rejects_is_refused(tmp_path):
 def test_good_table_and_invalid_yaml(tmp_path):
     table = load(tmp_path, GOOD)
     assert [i.name for i in table.instances] == ["qlen1_kv64", "qlen4_kv256"]
-    with pytest.raises(TableError, match=r"instances\.yaml:17:1: expected valid YAML, found a syntax error"):
+    with pytest.raises(TableError, match=r"instances\.yaml:18:1: expected valid YAML, found a syntax error"):
         load(tmp_path, GOOD + "  - {arch: [\n")
 
 

@@ -55,6 +55,7 @@ HIP_TABLE = CPU_TABLE_HEAD + """\
     target: gfx950
     flags: [-O3]
     scale_layout: natural
+    setup_tokens: {one_row: 512, more_rows: 448}
 instances:
   - {arch: cpu, name: qlen1_kv64, q_per_block: 1, block_k: 64, cta_resident: 8, default: true}
   - {arch: stubhip, name: qlen1_kv64, q_per_block: 1, block_k: 64, cta_resident: 8, default: true}

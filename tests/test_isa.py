@@ -140,6 +140,7 @@ STUB = CPU_TABLE_HEAD + """\
       max_sgprs: 96
       max_lds_bytes: 8192
       min_occupancy: 8
+    setup_tokens: {one_row: 512, more_rows: 448}
 instances:
   - {arch: cpu, name: qlen1_kv64, q_per_block: 1, block_k: 64, cta_resident: 8, default: true}
   - {arch: stubisa, name: clean, q_per_block: 1, block_k: 64, cta_resident: 8, default: true}
@@ -228,12 +229,12 @@ def test_no_hip_arch_is_not_an_error(tmp_path, capsys):
 @pytest.mark.parametrize(
     "edit, message",
     [
-        (("max_vgprs: 64", "max_vgprs: -1"), ":16:18: arches[1].isa.max_vgprs: expected an integer in [0, "),
-        (("min_occupancy: 8", "min_occupancy: 0"), ":20:22: arches[1].isa.min_occupancy: expected an integer in [1, "),
-        (("max_agprs: 0", "max_spills: 0"), ":17:7: arches[1].isa.max_spills: expected one of ['expect', 'max_agprs'"),
-        (("'^v_mfma", "'(v_mfma"), ":15:16: arches[1].isa.expect[0]: expected a valid regular expression"),
+        (("max_vgprs: 64", "max_vgprs: -1"), ":17:18: arches[1].isa.max_vgprs: expected an integer in [0, "),
+        (("min_occupancy: 8", "min_occupancy: 0"), ":21:22: arches[1].isa.min_occupancy: expected an integer in [1, "),
+        (("max_agprs: 0", "max_spills: 0"), ":18:7: arches[1].isa.max_spills: expected one of ['expect', 'max_agprs'"),
+        (("'^v_mfma", "'(v_mfma"), ":16:16: arches[1].isa.expect[0]: expected a valid regular expression"),
         (("family: hip\n    target: gfx950", "family: cuda\n    target: sm_90a"),
-         ":15:7: arches[1].isa: expected isa limits on a hip arch only"),
+         ":16:7: arches[1].isa: expected isa limits on a hip arch only"),
     ],
 )
 def test_the_loader_places_a_bad_isa_entry(tmp_path, edit, message):

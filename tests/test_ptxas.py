@@ -3,6 +3,7 @@ and an end-to-end run on a stub cuda arch rendered from the real shared template
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -13,13 +14,14 @@ from mxlogits_codegen.cli import main as gen_main
 from mxlogits_codegen.cli import write
 from mxlogits_codegen.cubin import code_digests
 from mxlogits_codegen.family import device_flags
-from mxlogits_codegen.ptxas import parse_ptxas, short_name
+from mxlogits_codegen.ptxas import held, parse_ptxas, short_name
 from mxlogits_codegen.render import render_all
-from mxlogits_codegen.table import load_table
+from mxlogits_codegen.table import TableError, load_table
 from tables import CPU_TABLE_HEAD
 
 ROOT = Path(__file__).resolve().parents[1]
 STUBS = Path(__file__).resolve().parent / "fixtures" / "stub_arches"
+SM90 = json.loads((ROOT / "generated" / "manifest.json").read_text())["arches"]["sm90"]["ptxas"]  # instances.yaml's
 LOGITS = (
     "_ZN8mxlogits4sm9013logits_kernelINS0_6TraitsINS_14InstanceTraitsILi1ELi64ELi132EEENS0_19Tunables_qlen1_kv64EEEEEv"
     "NS_10KernelArgsE"
@@ -68,25 +70,38 @@ def test_parser_reads_each_kernel():
     logits, sched, helper = parse_ptxas(PTXAS_CLEAN)
     assert (logits.name, logits.entry, logits.registers, logits.smem, logits.stack) == (LOGITS, True, 90, 8, 0)
     assert (sched.registers, sched.smem) == (40, 4096)
-    assert (helper.entry, helper.registers, helper.clean) == (False, None, True)
-    assert all(f.clean for f in (logits, sched))
+    assert (helper.entry, helper.registers, helper.failures(SM90)) == (False, None, [])
+    assert all(f.failures(SM90) == [] for f in (logits, sched))
 
 
 def test_parser_flags_spills_and_stack():
     (f,) = parse_ptxas(PTXAS_SPILL)
     assert (f.registers, f.smem, f.stack, f.spill_stores, f.spill_loads) == (32, 0, 856, 2040, 2044)
-    assert not f.clean
+    assert f.failures(SM90) == [
+        "856 bytes stack frame over max_stack_bytes 0",
+        "2040 bytes spill stores over max_spill_bytes 0",
+        "2044 bytes spill loads over max_spill_bytes 0",
+    ]
+    assert f.failures({"limits": {"max_stack_bytes": 856, "max_spill_bytes": 2044}, "refuse": {}}) == []
 
 
 def test_parser_flags_a_serialized_wgmma_pipeline():
     logits, sched = parse_ptxas(PTXAS_SERIALIZED)
     assert (logits.name, logits.registers, logits.stack) == (LOGITS, 94, 0)
-    assert logits.serialized == (
+    assert logits.warnings == [
         "C7512: wgmma.mma_async instructions are serialized due to insufficient register resources"
-    )
-    assert sched.serialized.startswith("C7510: wgmma.mma_async instructions are serialized due to wgmma pipeline")
-    assert not logits.clean and not sched.clean
-    assert all(f.clean for f in parse_ptxas(PTXAS_CLEAN))
+    ]
+    assert sched.warnings[0].startswith("C7510: wgmma.mma_async instructions are serialized due to wgmma pipeline")
+    assert logits.failures(SM90) and sched.failures(SM90)
+    assert "(serialized wgmma: refused by instances.yaml's ptxas entry)" in logits.failures(SM90)[0]
+    assert all(f.failures(SM90) == [] for f in parse_ptxas(PTXAS_CLEAN))
+    assert logits.failures({"limits": {}, "refuse": {}}) == []  # an arch whose record refuses none
+
+
+def test_the_summary_says_what_the_record_holds():
+    assert held(SM90) == "no spills, no stack frames, no serialized wgmma"
+    assert held({"limits": {"max_stack_bytes": 64}, "refuse": {}}) == "stack frames of at most 64 bytes"
+    assert held({"limits": {}, "refuse": {}}) == "nothing held"
 
 
 def test_short_name_drops_return_type_parameters_and_namespaces():
@@ -118,7 +133,9 @@ STUB_ARCH = """\
     target: sm_90a
     flags: [-O3]
     scale_layout: natural
+    setup_tokens: {one_row: 512, more_rows: 448}
     budgets: {max_registers: 32}
+    ptxas: {max_stack_bytes: 0, max_spill_bytes: 0}
 instances:
 """
 TABLE = CPU_ONLY.replace("instances:\n", STUB_ARCH) + (
@@ -189,6 +206,38 @@ def test_spilling_instance_fails_and_is_named(tmp_path, capsys):
     (failure,) = captured.err.strip().splitlines()
     assert failure.startswith("mxlogits-gen: stubcuda spill: void mxlogits::stubcuda::logits_kernel<")
     assert "bytes spill stores" in failure
+
+
+@needs_nvcc
+def test_an_arch_without_a_ptxas_entry_is_held_to_nothing(tmp_path, capsys):
+    table = (TABLE + SPILLING).replace("    ptxas: {max_stack_bytes: 0, max_spill_bytes: 0}\n", "")
+    generated = render_stub(tmp_path, table)
+    assert gen_main(["--ptxas", "--out", str(generated)]) == 0
+    out = capsys.readouterr().out
+    assert "arch stubcuda has no ptxas entry: nothing held beyond compiling" in out and "stubcuda   spill" in out
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (("max_spill_bytes: 0}", "max_spill_bytes: -1}"),
+         ":17:50: arches[1].ptxas.max_spill_bytes: expected an integer in [0, "),
+        (("max_spill_bytes: 0}", "max_spills: 0}"),
+         ":17:33: arches[1].ptxas.max_spills: expected one of ['max_spill_bytes', "),
+        (("max_spill_bytes: 0}", "refuse: {slow: '(C75'}}"),
+         ":17:48: arches[1].ptxas.refuse.slow: expected a valid regular "),
+        (("family: cuda\n    target: sm_90a", "family: hip\n    target: gfx950"),
+         ":17:12: arches[1].ptxas: expected ptxas limits on a cuda arch only"),
+    ],
+)
+def test_the_loader_places_a_bad_ptxas_entry(tmp_path, edit, message):
+    templates = tmp_path / "templates"
+    shutil.copytree(ROOT / "templates", templates)
+    shutil.copytree(STUBS / "stubcuda", templates / "arch" / "stubcuda")
+    (tmp_path / "instances.yaml").write_text(TABLE.replace(*edit))
+    with pytest.raises(TableError) as e:
+        load_table(tmp_path / "instances.yaml", templates)
+    assert message in str(e.value)
 
 
 @needs_nvcc

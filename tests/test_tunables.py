@@ -62,13 +62,13 @@ def test_setup_tokens_defaults_by_rows_and_reaches_the_traits_and_the_manifest(t
 @pytest.mark.parametrize(
     ("old", "new", "line", "message"),
     [
-        ("stages: 6}", "stagez: 6}", 13, r"instances\[1\]\.stagez: expected one of .*'stages'.*found unknown key 'stagez'"),
-        ("stages: 6}", "stages: 9}", 13, r"instances\[1\]\.stages: expected an integer in \[2, 8\], found 9"),
-        ("stages: 6}", "stages: 2.5}", 13, r"instances\[1\]\.stages: expected an integer in \[2, 8\], found 2\.5"),
-        ("default: 4, min: 2", "default: 1, min: 2", 10, r"tunables\.stages\.default: expected an integer in \[2, 8\]"),
-        ("min: 2, max: 8", "min: 2, max: 1", 10, r"stages\.max: expected an integer in \[min \(2\), .*found 1"),
-        ("      stages: {", "      block_k: {", 10, r"tunables\.block_k: expected a name that is not an instance column"),
-        ("{default: 4, min: 2, max: 8}", "{default: 4, min: 2}", 10, r"tunables\.stages\.max: expected this key"),
+        ("stages: 6}", "stagez: 6}", 14, r"instances\[1\]\.stagez: expected one of .*'stages'.*found unknown key 'stagez'"),
+        ("stages: 6}", "stages: 9}", 14, r"instances\[1\]\.stages: expected an integer in \[2, 8\], found 9"),
+        ("stages: 6}", "stages: 2.5}", 14, r"instances\[1\]\.stages: expected an integer in \[2, 8\], found 2\.5"),
+        ("default: 4, min: 2", "default: 1, min: 2", 11, r"tunables\.stages\.default: expected an integer in \[2, 8\]"),
+        ("min: 2, max: 8", "min: 2, max: 1", 11, r"stages\.max: expected an integer in \[min \(2\), .*found 1"),
+        ("      stages: {", "      block_k: {", 11, r"tunables\.block_k: expected a name that is not an instance column"),
+        ("{default: 4, min: 2, max: 8}", "{default: 4, min: 2}", 11, r"tunables\.stages\.max: expected this key"),
     ],
 )
 def test_bad_tunables_name_the_file_line_key_expected_and_found(tmp_path, old, new, line, message):
@@ -81,6 +81,16 @@ def test_bad_tunables_name_the_file_line_key_expected_and_found(tmp_path, old, n
 
 def test_an_arch_without_tunables_refuses_the_key(tmp_path):
     text = TABLE.replace("    tunables:\n      stages: {default: 4, min: 2, max: 8}\n", "")
-    message = r":11:\d+: instances\[1\]\.stages: expected one of .*found unknown key 'stages'"
+    message = r":12:\d+: instances\[1\]\.stages: expected one of .*found unknown key 'stages'"
     with pytest.raises(TableError, match=message):
         load(tmp_path, text)
+
+
+def test_setup_tokens_defaults_are_the_arch_records(tmp_path):
+    """An instance row naming no setup_tokens takes its arch's default pair: no arch-neutral number."""
+    own = TABLE.replace("setup_tokens: {one_row: 512, more_rows: 448}", "setup_tokens: {one_row: 300, more_rows: 200}")
+    assert {i.name: i.setup_tokens for i in load(tmp_path, own).instances} == {"qlen1_kv64": 300, "qlen4_kv64": 200}
+    with pytest.raises(TableError, match=r":3:5: arches\[0\]\.setup_tokens: expected this key, found it missing"):
+        load(tmp_path, TABLE.replace("    setup_tokens: {one_row: 512, more_rows: 448}\n", ""))
+    with pytest.raises(TableError, match=r":8:45: arches\[0\]\.setup_tokens\.more_rows: expected an integer in \[0, "):
+        load(tmp_path, TABLE.replace("more_rows: 448", "more_rows: -1"))
