@@ -24,10 +24,11 @@ probed once per device; each arch's module is built on first use and cached
 (MXLOGITS_CACHE_DIR; MXLOGITS_JIT=0 forbids building).
 """
 
-from . import deepgemm_compat, indexer
 from .arch import arch_of
 from .build import built_library, cache_dir, jit_enabled
-from .indexer import Indexer, IndexerBatch, decode_batch, prefill_batch, variant_for
+from .integrations import deepgemm as deepgemm_compat
+from .integrations import indexer
+from .integrations.indexer import Indexer, IndexerBatch, decode_batch, prefill_batch, variant_for
 from .layouts import check_layout, fused_views, from_layout, layout_of, to_layout
 from .manifest import MqaLogitsVariant, default_variant, tolerance, variants
 from .mxfp4 import dequantize_mxfp4, quantize_mxfp4

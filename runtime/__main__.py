@@ -8,8 +8,8 @@ import sys
 import torch
 
 from .arch import arch_of
-from .bench import add_arguments as bench_arguments
-from .bench import run as run_bench
+from .bench.cli import add_arguments as bench_arguments
+from .bench.cli import run as run_bench
 from .build import JIT_ENV, built_library, cache_dir, cached_library, jit_enabled, module_name
 from .manifest import default_variant, manifest, tolerance, variants
 

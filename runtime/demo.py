@@ -8,7 +8,7 @@ import statistics
 import torch
 
 from .arch import arch_of
-from .bench_timing import call_seconds
+from .bench.timing import call_seconds
 from .manifest import default_variant, manifest, tolerance, variants
 from .op import pa_mqa_logits_mxfp4
 from .plan import plan, plan_buffers

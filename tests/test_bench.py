@@ -9,12 +9,12 @@ import subprocess
 import sys
 
 import mxlogits as mx
-import mxlogits.bench as bench
 import pytest
 import torch
 from mxlogits.__main__ import main
-from mxlogits.bench_shapes import TABLES, Shape, Work, count_work
-from mxlogits.bench_timing import Limits
+from mxlogits.bench import plots, rows, tables, timing
+from mxlogits.bench.limits import Limits
+from mxlogits.bench.shapes import TABLES, Shape, Work, count_work
 from mxlogits.manifest import manifest
 
 # Two sequences: three rows over a 10-token context, then a row and an empty row over 5 tokens.
@@ -35,8 +35,8 @@ def test_counts_match_a_hand_computation():
 
 def test_roofline_is_the_slower_of_memory_and_compute():
     limits = Limits(bw=4e12, peak=1e15, source="")
-    assert bench.roofline_seconds(Work(cells=0, flops=10**12, bytes=8 * 10**12), limits) == 2.0  # memory-bound
-    assert bench.roofline_seconds(Work(cells=0, flops=3 * 10**15, bytes=4 * 10**12), limits) == 3.0  # compute-bound
+    assert rows.roofline_seconds(Work(cells=0, flops=10**12, bytes=8 * 10**12), limits) == 2.0  # memory-bound
+    assert rows.roofline_seconds(Work(cells=0, flops=3 * 10**15, bytes=4 * 10**12), limits) == 3.0  # compute-bound
 
 
 def test_tables_have_perf_md_shapes():
@@ -60,22 +60,22 @@ def test_tables_have_perf_md_shapes():
 
 def test_variant_choice_per_table():
     default = mx.default_variant("cpu")
-    assert bench.pick_variant("decode_mtp1", "cpu", None) == default
-    assert bench.pick_variant("decode_mtp2", "cpu", None) == default  # cpu has no q_per_block 2
-    grouped = bench.pick_variant("prefill_fresh", "cpu", None)
+    assert rows.pick_variant("decode_mtp1", "cpu", None) == default
+    assert rows.pick_variant("decode_mtp2", "cpu", None) == default  # cpu has no q_per_block 2
+    grouped = rows.pick_variant("prefill_fresh", "cpu", None)
     assert grouped.q_per_block == 4
     assert grouped.block_k == min(v.block_k for v in mx.variants("cpu") if v.q_per_block == 4)
-    assert bench.pick_variant("decode_mtp4", "cpu", "qlen4_kv256").name == "qlen4_kv256"
+    assert rows.pick_variant("decode_mtp4", "cpu", "qlen4_kv256").name == "qlen4_kv256"
     with pytest.raises(ValueError, match="unknown variant"):
-        bench.pick_variant("decode_mtp1", "cpu", "nope")
+        rows.pick_variant("decode_mtp1", "cpu", "nope")
 
 
 def test_guard_refuses_to_time_a_wrong_kernel(monkeypatch):
     shape = TABLES["decode_mtp1"](16, 8)[0]
-    monkeypatch.setattr(bench, "pa_mqa_logits_mxfp4", lambda *args, out, **kwargs: out.zero_())
+    monkeypatch.setattr(rows, "pa_mqa_logits_mxfp4", lambda *args, out, **kwargs: out.zero_())
     limits = Limits(1e9, 1e9, "")
-    with pytest.raises(bench.BenchError, match="outside .* not timing a wrong kernel"):
-        bench.bench_row(shape, mx.default_variant("cpu"), torch.device("cpu"), limits, 1, guard=True)
+    with pytest.raises(rows.BenchError, match="outside .* not timing a wrong kernel"):
+        rows.bench_row(shape, mx.default_variant("cpu"), torch.device("cpu"), limits, 1, guard=True)
 
 
 @pytest.mark.parametrize("device, checked_per_table", [("cpu", 1), ("cuda", None)])
@@ -90,10 +90,10 @@ def test_every_gpu_row_is_checked_before_it_is_timed(monkeypatch, capsys, device
                 "op_us": 1.0, "host_us": 1.0, "tflops": 1.0, "tbps": 1.0, "roofline_us": 0.01, "roofline_pct": 1.0,
                 "checked": guard}  # fmt: skip
 
-    monkeypatch.setattr(bench, "bench_row", fake_row)
+    monkeypatch.setattr(tables, "bench_row", fake_row)
     v = mx.default_variant("cpu")
     rows = [(shape, v) for table in ("decode_mtp1", "decode_mtp4") for shape in TABLES[table](16, 8)]
-    bench._run_tables(rows, torch.device(device), Limits(1e9, 1e9, ""), 1)
+    tables.run_tables(rows, torch.device(device), Limits(1e9, 1e9, ""), 1)
     capsys.readouterr()
     for table in ("decode_mtp1", "decode_mtp4"):
         flags = [g for t, g in guards if t == table]
@@ -153,7 +153,7 @@ def test_plot_gives_each_table_room_for_its_rows(tmp_path):
 
     results = [{"table": f"t{t}", "shape": f"row {i}", "variant": "v", "roofline_pct": 5.0 * (i + 1)}
                for t, n in enumerate((17, 3)) for i in range(n)]  # fmt: skip
-    bench.plot(results, tmp_path / "p.png")
+    plots.plot(results, tmp_path / "p.png")
     image = Image.open(tmp_path / "p.png").convert("L")
     width, height = image.size
     pixels = image.load()
@@ -168,10 +168,8 @@ def test_plot_gives_each_table_room_for_its_rows(tmp_path):
 def test_host_timing_is_each_calls_wall_time(monkeypatch):
     """On the host call_seconds times each call alone, after one untimed call of each (GPU timing,
     the L2 flush and host_seconds run on the H200: bench/RESULTS.md)."""
-    from mxlogits import bench_timing
-
     calls = []
-    monkeypatch.setattr(bench_timing.time, "perf_counter", lambda: float(len(calls)))
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: float(len(calls)))
     cpu = torch.device("cpu")
-    assert bench_timing.call_seconds([lambda: calls.append(1), lambda: calls.append(1)], cpu, 3) == [1.0, 1.0, 1.0]
+    assert timing.call_seconds([lambda: calls.append(1), lambda: calls.append(1)], cpu, 3) == [1.0, 1.0, 1.0]
     assert len(calls) == 2 + 3  # one untimed call each first

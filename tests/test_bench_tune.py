@@ -16,10 +16,10 @@ import torch
 import yaml
 from helpers_subprocess import ROOT, python
 from mxlogits.__main__ import main
-from mxlogits.bench_shapes import QUICK_SCALE, TABLES
-from mxlogits.bench_timing import Limits
-from mxlogits.bench_tune import Job, TuneError, _error_lines, bench, parse_spec, plan_jobs
-from mxlogits.bench_tune_yaml import RowError, row_line, set_instance_keys
+from mxlogits.bench.limits import Limits
+from mxlogits.bench.shapes import QUICK_SCALE, TABLES
+from mxlogits.bench.tune import Job, TuneError, _error_lines, bench, parse_spec, plan_jobs
+from mxlogits.bench.tune_yaml import RowError, row_line, set_instance_keys
 from mxlogits_codegen.table import SWEPT_COLUMNS, TableError, load_table
 
 CPU_TUNABLE = "tunables: {probe: {default: 8, min: 4, max: 8}}"
@@ -119,7 +119,7 @@ def test_error_lines_keep_the_compiler_diagnostics(tmp_path):
 def test_a_wrong_kernel_is_reported_not_timed(tmp_path, monkeypatch):
     job = Job("qlen1_kv64", ("decode_mtp1",), (("probe", 8),), True, tmp_path)
     failed = subprocess.CompletedProcess([], 1, "", "mxlogits bench: ... not timing a wrong kernel\n")
-    monkeypatch.setattr("mxlogits.bench_tune._run", lambda *args: failed)
+    monkeypatch.setattr("mxlogits.bench.tune._run", lambda *args: failed)
     args = Namespace(quick=True, repeats=1)
     bench(job, args, torch.device("cpu"), Limits(1e9, 1e9, ""))
     assert job.status == "wrong results" and "wrong kernel" in job.detail and not job.op_us
@@ -189,7 +189,7 @@ def test_tune_runs_each_combination_and_skips_one_that_does_not_compile(root, tm
 
 def test_tune_imports_the_generator_only_when_it_runs(tmp_path):
     code = (
-        "import sys, mxlogits.__main__, mxlogits.bench_tune;"
+        "import sys, mxlogits.__main__, mxlogits.bench.tune;"
         "print(sorted(m for m in ('jinja2', 'yaml', 'mxlogits_codegen') if m in sys.modules));"
         "sys.modules['jinja2'] = None;"
         "sys.exit(mxlogits.__main__.main(['bench', '--device', 'cpu', '--tune', 'cta_resident=64']))"

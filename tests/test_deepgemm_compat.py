@@ -9,7 +9,7 @@ import mxlogits as mx
 import pytest
 import torch
 from conftest import assert_matches, device_of
-from mxlogits import deepgemm_compat as dg
+from mxlogits.integrations import deepgemm as dg
 
 H, D, PAGE = 64, 128, 64
 HALF = D // 2

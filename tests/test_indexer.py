@@ -13,7 +13,7 @@ import mxlogits as mx
 import pytest
 import torch
 from conftest import device_of
-from mxlogits import indexer as ix
+from mxlogits.integrations import indexer as ix
 
 HIDDEN, MAX_LEN, TOPK = 128, 1024, 96
 NEG_INF = float("-inf")
@@ -213,8 +213,8 @@ def test_compiled_decode_step_does_not_recompile(arch):
 
 
 def test_bench_script_prints_its_table(capsys):
-    """python -m mxlogits.indexer_bench, on the CPU (eager calls, small shapes): every part and the step."""
-    from mxlogits import indexer_bench
+    """python -m mxlogits.bench.indexer, on the CPU (eager calls, small shapes): every part and the step."""
+    from mxlogits.bench import indexer as indexer_bench
 
     assert indexer_bench.main(["--device", "cpu", "--context", "300", "--iters", "1", "--repeats", "1"]) == 0
     out = capsys.readouterr().out

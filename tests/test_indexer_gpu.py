@@ -11,8 +11,8 @@ import mxlogits as mx
 import pytest
 import torch
 from conftest import GPU_ARCH
-from mxlogits import indexer as ix
-from mxlogits.indexer_bench import capture
+from mxlogits.integrations import indexer as ix
+from mxlogits.bench.indexer import capture
 
 pytestmark = pytest.mark.gpu
 if GPU_ARCH is None:
@@ -59,7 +59,7 @@ def test_decode_step_cuda_graph_replays_like_eager(next_n):
 
 
 def test_bench_script_captures_every_part(capsys):
-    from mxlogits import indexer_bench
+    from mxlogits.bench import indexer as indexer_bench
 
     args = ["--batch", "4", "--context", "4096", "--iters", "3", "--repeats", "1", "--hidden", "512", "--q-lora", "256"]
     assert indexer_bench.main(args) == 0
