@@ -1,0 +1,130 @@
+"""mxlogits.deepgemm_compat on every variant of every present arch: DeepGEMM-layout inputs built
+byte by byte from the layout notes (fused FP4 pages [blocks, 64, 1, D/2 + 4], int32-packed E8M0
+query scales), 1-D and 2-D context_lens at next_n 1 and 2 with pad sequences, against
+mx.reference_logits on the natural layout; views without copies; errors; torch.compile."""
+
+from __future__ import annotations
+
+import mxlogits as mx
+import pytest
+import torch
+from mxlogits.integrations import deepgemm as dg
+from support.cases import assert_matches
+from support.params import device_of
+
+H, D, PAGE = 64, 128, 64
+HALF = D // 2
+PAGE_BYTES = PAGE * (HALF + 4)
+
+
+def dg_inputs(contexts, next_n, device, *, max_len=None, page_pad=0, seed=0):
+    """DeepGEMM-layout inputs and their natural-layout twins. Token t of page p: values at byte
+    p * page_stride + t * D/2, scales at p * page_stride + 64 * D/2 + 4 * t (the notes' writer)."""
+    g = torch.Generator().manual_seed(seed)
+    b = len(contexts)
+    width = mx.block_table_width(max_len or max(contexts), device=device)
+    num_pages = b * width + 1
+    block_table = torch.randperm(num_pages, generator=g)[: b * width].view(b, width).to(torch.int32)
+    stride = PAGE_BYTES + page_pad
+    storage = torch.randint(0, 256, (num_pages, stride), dtype=torch.uint8, generator=g)  # garbage where unwritten
+    natural_kv = torch.zeros(num_pages, PAGE, HALF, dtype=torch.uint8)
+    natural_ks = torch.full((num_pages, PAGE, D // 32), 127, dtype=torch.uint8)
+    flat = storage.view(-1)
+    for seq, ctx in enumerate(contexts):
+        values, scales = mx.quantize_mxfp4(torch.randn(ctx, D, generator=g))
+        for t in range(ctx):
+            page, off = int(block_table[seq, t // PAGE]), t % PAGE
+            base = page * stride
+            flat[base + off * HALF : base + (off + 1) * HALF] = values[t]
+            flat[base + PAGE * HALF + 4 * off : base + PAGE * HALF + 4 * off + 4] = scales[t]
+            natural_kv[page, off], natural_ks[page, off] = values[t], scales[t]
+    # Sliced on the device: a copy of a padded view to another device would drop the padding.
+    kv_cache = storage.to(device)[:, :PAGE_BYTES].view(num_pages, PAGE, 1, HALF + 4)
+    q, q_scale = mx.quantize_mxfp4(torch.randn(b * next_n, H, D, generator=g))
+    packed = sum(q_scale[..., i].to(torch.int64) << (8 * i) for i in range(4))  # byte i = block i
+    q_sf = torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32).view(b, next_n, H)
+    weights = torch.randn(b * next_n, H, generator=g)
+    to = lambda *ts: [t.to(device) for t in ts]  # noqa: E731
+    q8, q_sf, weights_dg, block_table_dg = to(q.view(torch.int8).view(b, next_n, H, HALF), q_sf, weights, block_table)
+    return [q8, q_sf, kv_cache, weights_dg, block_table_dg], to(q, q_scale, natural_kv, natural_ks, block_table, weights)
+
+
+def windows(lens, next_n, two_d):
+    """Per-row window ends: the DeepGEMM rule for 1-D lens, the given ends for 2-D ones."""
+    if two_d:
+        return [e for row in lens for e in row]
+    return [c - next_n + 1 + j for c in lens for j in range(next_n)]
+
+
+@pytest.mark.parametrize("two_d", [False, True], ids=["lens_1d", "lens_2d"])
+@pytest.mark.parametrize("next_n", [1, 2])
+def test_adapter_matches_reference(variant, next_n, two_d):
+    device = device_of(variant)
+    contexts = [700, 0, 65, 1, 1500]  # a pad sequence (0) and a context shorter than next_n
+    max_len = max(contexts) + 3  # a ragged width: cells past every window stay -inf
+    dg_args, natural = dg_inputs(contexts, next_n, device, max_len=max_len, page_pad=64)
+    q, q_sf, kv_cache, weights, block_table = dg_args
+    if two_d:  # MTP rows ending at c - next_n + 1 + j, except one row a step behind (still non-decreasing)
+        lens = [[max(c - next_n + 1 + j, 0) for j in range(next_n)] for c in contexts]
+        lens[0][0] -= 1
+    else:
+        lens = contexts
+    context_lens = torch.tensor(lens, dtype=torch.int32, device=device)
+    meta = dg.get_paged_mqa_logits_metadata(context_lens, PAGE, 132, next_n=next_n, variant=variant)
+    out = dg.fp8_fp4_paged_mqa_logits((q, q_sf), kv_cache, weights, context_lens, block_table, meta, max_len, True)
+    ends = torch.tensor(windows(lens, next_n, two_d), dtype=torch.int32)
+    rows = torch.arange(len(contexts) * next_n, dtype=torch.int32) // next_n
+    ref = mx.reference_logits(*[t.cpu() for t in natural], ends, max_len, row_to_batch=rows)
+    assert_matches(out, ref.to(device), variant)
+    unclean = dg.fp8_fp4_paged_mqa_logits((q, q_sf), kv_cache, weights, context_lens, block_table, meta, max_len)
+    inside = ~torch.isneginf(ref.to(device))
+    assert torch.equal(unclean[inside], out[inside])
+
+
+def test_views_do_not_copy(arch):
+    """The op reads the caller's page buffer and query in place: views at the documented byte offsets."""
+    device = device_of(arch)
+    (q, q_sf, kv_cache, *_), _ = dg_inputs([100], 2, device, page_pad=128)
+    values, scales = dg.fused_kv_views(kv_cache, D)
+    base = kv_cache.data_ptr()
+    assert values.data_ptr() == base and scales.data_ptr() == base + PAGE * HALF
+    assert values.stride() == (PAGE_BYTES + 128, HALF, 1) and scales.stride() == (PAGE_BYTES + 128, 4, 1)
+    q_rows, q_scale = dg.fp4_q_views(q, q_sf)
+    assert q_rows.data_ptr() == q.data_ptr() and q_scale.data_ptr() == q_sf.data_ptr()
+    assert q_rows.shape == (2, H, HALF) and q_scale.shape == (2, H, 4)
+
+
+def test_errors_name_the_argument():
+    (q, q_sf, kv_cache, weights, block_table), _ = dg_inputs([100, 50], 2, "cpu")
+    lens = torch.tensor([100, 50], dtype=torch.int32)
+    meta = dg.get_paged_mqa_logits_metadata(lens, PAGE, 132, next_n=2)
+    call = lambda *a, **kw: dg.fp8_fp4_paged_mqa_logits(*a, **kw)  # noqa: E731
+    with pytest.raises(ValueError, match="block_kv"):
+        dg.get_paged_mqa_logits_metadata(lens, 32, 132)
+    with pytest.raises(ValueError, match="next_n"):
+        dg.get_paged_mqa_logits_metadata(lens.view(2, 1).expand(2, 2), PAGE, 132, next_n=1)
+    with pytest.raises(NotImplementedError, match="indices"):
+        dg.get_paged_mqa_logits_metadata(lens, PAGE, 132, indices=lens)
+    with pytest.raises(TypeError, match="schedule_meta"):
+        call((q, q_sf), kv_cache, weights, lens, block_table, torch.zeros(133, 2, dtype=torch.int32), 100)
+    with pytest.raises(ValueError, match="schedule_meta: built for 2 rows"):
+        call((q, q_sf), kv_cache, weights, lens, block_table, dg.get_paged_mqa_logits_metadata(lens, PAGE, 132), 100)
+    with pytest.raises(ValueError, match="q_sf"):
+        call((q, None), kv_cache, weights, lens, block_table, meta, 100)
+    with pytest.raises(ValueError, match="logits_dtype"):
+        call((q, q_sf), kv_cache, weights, lens, block_table, meta, 100, logits_dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="kv_cache"):
+        call((q, q_sf), kv_cache.view(-1, PAGE, 2, (HALF + 4) // 2), weights, lens, block_table, meta, 100)
+    with pytest.raises(ValueError, match="kv_cache: expected each page"):
+        call((q, q_sf), kv_cache.transpose(0, 1).contiguous().transpose(0, 1), weights, lens, block_table, meta, 100)
+
+
+def test_adapter_compiles_fullgraph(arch):
+    device = device_of(arch)
+    (q, q_sf, kv_cache, weights, block_table), _ = dg_inputs([300, 0, 129], 2, device)
+    lens = torch.tensor([300, 0, 129], dtype=torch.int32, device=device)
+    meta = dg.get_paged_mqa_logits_metadata(lens, PAGE, 132, next_n=2)
+    args = ((q, q_sf), kv_cache, weights, lens, block_table, meta, 300, True)
+    torch._dynamo.reset()
+    got = torch.compile(dg.fp8_fp4_paged_mqa_logits, fullgraph=True, backend="aot_eager")(*args)
+    assert torch.equal(got, dg.fp8_fp4_paged_mqa_logits(*args))

@@ -1,0 +1,180 @@
+"""Launches for compute-sanitizer's memcheck, on every variant of the GPU's arch:
+
+    compute-sanitizer --tool memcheck python tools/memcheck_cases.py
+
+Legitimate cases (checked against the fp32 reference; a mismatch is a FAIL and exit status 1):
+the corner cases of tests/runtime/test_op.py, the exact path's scenes on one CTA, and a raw launch of a
+schedule planned for more rows than the q/out tensors hold (num_rows smaller than the plan: the
+kernel drops the records past it).
+Hostile cases (memcheck's verdict is what matters; they must still leave every cell outside the
+rows' windows untouched, SPEC §3, else FAIL): a schedule built by another variant, and forged
+records (random int32, huge and negative) with random CTA ranges. Without a GPU arch of the
+instance table this prints "no GPU arch present" and exits 0."""
+
+from __future__ import annotations
+
+import sys
+import zlib
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the suite's support package
+
+import torch  # noqa: E402
+from support.cases import assert_matches, first_rows, make_case, make_plan, ops_of, reference, run_op  # noqa: E402
+from support.params import GPU_ARCH, GPU_VARIANTS  # noqa: E402
+
+INT32 = (-(2**31), 2**31)
+DEVICE = "cuda"
+failures = 0
+
+
+def report(ok: bool, what: str, detail: str = "") -> None:
+    global failures
+    failures += not ok
+    print(f"{'PASS' if ok else 'FAIL'} {what}{': ' + detail if detail else ''}", flush=True)
+
+
+def checked(what: str, fn) -> None:
+    try:
+        fn()
+    except (AssertionError, RuntimeError) as e:
+        report(False, what, str(e).splitlines()[0] if str(e) else type(e).__name__)
+    else:
+        report(True, what)
+
+
+def neg_inf(case, rows=None) -> torch.Tensor:
+    return torch.full((rows or case.total_q, case.max_seq_len), float("-inf"), device=DEVICE)
+
+
+def raw_launch(case, variant, out, cta_info, cta_ranges, num_rows) -> None:
+    """torch.ops.mxlogits_<arch>.pa_mqa_logits_mxfp4 with a schedule of the caller's choosing."""
+    ops_of(variant.arch).pa_mqa_logits_mxfp4(
+        **case.named_inputs(),
+        cta_info=cta_info,
+        cta_ranges=cta_ranges,
+        local_ends=case.local_ends,
+        local_starts=case.local_starts,
+        out=out,
+        num_rows=num_rows,
+        max_seq_len=case.max_seq_len,
+        weight_scale=1.0,
+        q_per_block=variant.q_per_block,
+        block_k=variant.block_k,
+    )
+    if out.is_cuda:
+        torch.cuda.synchronize()  # memcheck reports land on this case
+
+
+def assert_outside_windows_untouched(case, out) -> None:
+    inside = torch.zeros(out.shape, dtype=torch.bool)
+    for r, (s, e) in enumerate(zip(case.local_starts.tolist(), case.local_ends.tolist())):
+        inside[r, max(s, 0) : max(e, 0)] = True
+    written = int((out.cpu()[~inside] != float("-inf")).sum())
+    assert written == 0, f"{written} cells outside the windows were written"
+
+
+def corner_cases(v) -> None:
+    from test_op import corner_cases as cases
+
+    for name, (contexts, rows) in sorted(cases().items()):
+        case = make_case(contexts, rows, v, seed=zlib.crc32(name.encode()) % 1000)
+
+        def run():
+            assert_matches(run_op(case, v, weight_scale=1.5), reference(case, weight_scale=1.5), v)
+
+        checked(f"{v.arch}/{v.name} corner case {name}", run)
+
+
+def exact_path_one_cta(v) -> None:
+    """test_op.far_apart_case on one CTA: its workers all take exact-path pages of the same tiles."""
+    from test_op import far_apart_case
+
+    for side in ("kv", "q"):
+        case = far_apart_case(v, side)
+
+        def run():
+            assert_matches(run_op(case, v, num_ctas=1), reference(case), v)
+
+        checked(f"{v.arch}/{v.name} exact path ({side} side) on one CTA", run)
+
+
+def row_guard(v) -> None:
+    """A schedule planned for 14 rows launched against 10-row q/out with num_rows 10."""
+    if v.q_per_block > 1:
+        contexts, rows = [430], [(0, 0, 300 + 9 * i) for i in range(14)]
+    else:
+        contexts, rows = [300 + 9 * i for i in range(14)], [(i, 0, 300 + 9 * i) for i in range(14)]
+    case = make_case(contexts, rows, v)
+    p = make_plan(case, v)
+    assert any(r[4] > 0 and r[0] >= 10 for r in p.buffers.cta_info.tolist()), "no record past row 10 to drop"
+    small = first_rows(case, 10)
+    out = neg_inf(small)
+
+    def run():
+        raw_launch(small, v, out, p.buffers.cta_info, p.buffers.cta_ranges, 10)
+        assert_matches(out, reference(small), v)
+
+    checked(f"{v.arch}/{v.name} schedule for 14 rows, launch of 10", run)
+
+
+def foreign_schedule(v) -> None:
+    rows = [(0, 0, 2500 - 3 + j) for j in range(4)] + [(1, 5, 700), (2, 0, 64)]
+    case = make_case([2500, 700, 64], rows, v)
+    for w in GPU_VARIANTS:
+        if (w.q_per_block, w.block_k) == (v.q_per_block, v.block_k):
+            continue
+        p = make_plan(case, w)
+        out = neg_inf(case)
+
+        def run():
+            raw_launch(case, v, out, p.buffers.cta_info, p.buffers.cta_ranges, case.total_q)
+            assert_outside_windows_untouched(case, out)
+
+        checked(f"{v.arch}/{v.name} hostile: launch of a {w.name} schedule", run)
+
+
+def forged_records(v, trials: int = 6) -> None:
+    rows = [(0, 100, 1800 - 3 + j) for j in range(4)] + [(1, 0, 300), (2, 7, 90)]
+    case = make_case([1800, 300, 90], rows, v)
+    g = torch.Generator().manual_seed(1234)
+    rand = lambda lo, hi, shape: torch.randint(lo, hi, shape, generator=g, dtype=torch.int64).to(torch.int32)
+    # Each field of a record (abi.h CtaRecord) near its meaningful values: some records do work.
+    near = [(-2, case.total_q + 2), (-1, 6), (-2, case.batch + 2), (-3, 40), (-2, 40), (-100, 2000), (-100, 2000)]
+    for t in range(trials):
+        n_rec, n_cta = int(rand(1, 400, ())), int(rand(1, 300, ()))
+        plausible = torch.stack([rand(lo, hi, (n_rec,)) for lo, hi in near], dim=1)
+        info = torch.where(rand(0, 2, (n_rec, 1)).bool(), rand(*INT32, (n_rec, len(near))), plausible)
+        wild_ranges = rand(0, 4, (n_cta, 1)) == 0
+        spans = torch.where(wild_ranges, rand(*INT32, (n_cta, 2)), rand(-5, n_rec + 5, (n_cta, 2)))
+        # The first-record copy: record begin's where begin names one, else forged too.
+        named = (spans[:, :1] >= 0) & (spans[:, :1] < n_rec)
+        copied = info[spans[:, 0].clamp(0, n_rec - 1).long()]
+        first = torch.where(named & ~wild_ranges, copied, rand(*INT32, (n_cta, len(near))))
+        info, ranges = info.to(DEVICE), torch.cat([spans, first], dim=1).to(DEVICE)
+        out = neg_inf(case)
+
+        def run():
+            raw_launch(case, v, out, info, ranges, case.total_q)
+            assert_outside_windows_untouched(case, out)
+
+        checked(f"{v.arch}/{v.name} hostile: forged records, trial {t} ({n_rec} records, {n_cta} CTAs)", run)
+
+
+def main() -> int:
+    if GPU_ARCH is None:
+        print("no GPU arch present")
+        return 0
+    print(f"memcheck cases on {torch.cuda.get_device_name()} (arch {GPU_ARCH}): {[v.name for v in GPU_VARIANTS]}")
+    for v in GPU_VARIANTS:
+        corner_cases(v)
+        exact_path_one_cta(v)
+        row_guard(v)
+        foreign_schedule(v)
+        forged_records(v)
+    print(f"{failures} failure(s)" if failures else "all cases passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
