@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from .ptxas import JOBS, Unit, _demangle, instance_tus, short_name
+from .ptxas import JOBS, Unit, demangle, instance_tus, short_name
 from .table import ISA_LIMITS
 
 CLANG = "clang++-22"  # Debian's clang-22 (.ci/run installs it); the mnemonics checked are its spelling
@@ -261,7 +261,7 @@ def report(generated: Path) -> int:
     spec = {a: rec.get("isa") or {"expect": [], "limits": {}} for a, rec in doc["arches"].items()}
     for arch in sorted({u.arch for u in units if not doc["arches"][u.arch].get("isa")}):
         print(f"mxlogits-gen: arch {arch} has no isa entry: no expected instructions, no limits beyond no scratch")
-    names = _demangle(sorted({k.name for _, k in rows}))
+    names = demangle(sorted({k.name for _, k in rows}))
     _print_table(rows, names, spec)
     failures = [
         f"{u.arch} {u.instance}: {names[k.name]}: {what}"

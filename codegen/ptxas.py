@@ -117,7 +117,7 @@ def instance_units(generated: Path, doc: dict, nvcc: str, out: Path) -> list[Uni
     ]
 
 
-def _demangle(names: list[str]) -> dict[str, str]:
+def demangle(names: list[str]) -> dict[str, str]:
     cxxfilt = shutil.which("c++filt")
     if not cxxfilt or not names:
         return {n: n for n in names}
@@ -186,7 +186,7 @@ def report(generated: Path) -> int:
     if failed:
         return 2
     rows = [(u, f) for u, r in zip(units, results) for f in parse_ptxas(r.stdout + r.stderr)]
-    names = _demangle(sorted({f.name for _, f in rows}))
+    names = demangle(sorted({f.name for _, f in rows}))
     print(f"{'arch':10} {'instance':16} {'kernel':72} {'regs':>5} {'smem':>7} {'stack':>6} {'spills st/ld':>13}  code")
     for u, f in rows:
         regs = "-" if f.registers is None else str(f.registers)
