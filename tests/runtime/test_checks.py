@@ -13,7 +13,17 @@ import re
 import mxlogits as mx
 import pytest
 import torch
-from support.cases import assert_matches, cta_ranges_of, first_rows, make_case, make_plan, ops_of, reference, run_op
+from support.cases import (
+    assert_matches,
+    cta_ranges_of,
+    first_rows,
+    make_case,
+    make_plan,
+    ops_of,
+    raw_args,
+    reference,
+    run_op,
+)
 from support.params import device_of, variant_with
 
 NEG_INF = float("-inf")
@@ -21,24 +31,6 @@ NEG_INF = float("-inf")
 
 def decode_case(rows: int = 10, variant=None):
     return make_case([200 + 13 * i for i in range(rows)], [(i, 0, 200 + 13 * i) for i in range(rows)], variant)
-
-
-def raw_args(case, p, variant, out, **override):
-    args = dict(
-        **case.named_inputs(),
-        cta_info=p.buffers.cta_info,
-        cta_ranges=p.buffers.cta_ranges,
-        local_ends=p.local_ends,
-        local_starts=p.local_starts,
-        out=out,
-        num_rows=p.num_rows,
-        max_seq_len=case.max_seq_len,
-        weight_scale=1.0,
-        q_per_block=variant.q_per_block,
-        block_k=variant.block_k,
-    )
-    args.update(override)
-    return args
 
 
 # ---- row counts ------------------------------------------------------------------------------

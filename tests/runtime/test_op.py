@@ -11,7 +11,7 @@ import mxlogits as mx
 import pytest
 import torch
 from mxlogits.synthetic import Scene
-from support.cases import assert_matches, make_case, make_plan, ops_of, reference, run_op
+from support.cases import assert_matches, make_case, make_plan, ops_of, raw_args, reference, run_op
 from support.params import device_of
 from support.schedule_model import setup_chunks
 
@@ -273,21 +273,8 @@ def test_opcheck(variant):
     case = make_case([300, 200], causal_rows(0, 290, 4) + causal_rows(1, 190, 4), variant)
     p = make_plan(case, variant)
     out = torch.full((case.total_q, case.max_seq_len), float("-inf"), device=device_of(variant))
-    logits = dict(
-        **case.named_inputs(),
-        cta_info=p.buffers.cta_info,
-        cta_ranges=p.buffers.cta_ranges,
-        local_ends=p.local_ends,
-        local_starts=p.local_starts,
-        out=out,
-        num_rows=p.num_rows,
-        max_seq_len=case.max_seq_len,
-        weight_scale=1.0,
-        q_per_block=variant.q_per_block,
-        block_k=variant.block_k,
-    )
     ops = ops_of(variant.arch)
-    torch.library.opcheck(ops.pa_mqa_logits_mxfp4.default, (), logits)
+    torch.library.opcheck(ops.pa_mqa_logits_mxfp4.default, (), raw_args(case, p, variant, out))
     sched = dict(
         cu_seq_q=case.cu_seq_q,
         local_ends=case.local_ends,

@@ -19,6 +19,26 @@ def ops_of(arch: str):
     return getattr(torch.ops, f"mxlogits_{arch}")
 
 
+def raw_args(case: Scene, p: mx.MqaLogitsPlan, variant, out, **override) -> dict:
+    """The raw op's (torch.ops.mxlogits_<arch>.pa_mqa_logits_mxfp4) arguments for `case` and its plan
+    `p`, by name; `override` replaces any of them."""
+    args = dict(
+        **case.named_inputs(),
+        cta_info=p.buffers.cta_info,
+        cta_ranges=p.buffers.cta_ranges,
+        local_ends=p.local_ends,
+        local_starts=p.local_starts,
+        out=out,
+        num_rows=p.num_rows,
+        max_seq_len=case.max_seq_len,
+        weight_scale=1.0,
+        q_per_block=variant.q_per_block,
+        block_k=variant.block_k,
+    )
+    args.update(override)
+    return args
+
+
 def make_case(contexts, rows, variant=None, *, seed: int = 0, max_seq_len: int | None = None) -> Scene:
     """A Scene on the device of `variant` (cpu for None); see mxlogits.synthetic.make_scene."""
     device = "cpu" if variant is None else device_of(variant)
