@@ -31,7 +31,7 @@ TARGETS = {
 }
 FAMILIES = tuple(TARGETS)
 SCALE_LAYOUTS = tuple(LAYOUTS)
-# SPEC §3: the bound of an instance whose products and accumulation are exact in fp32.
+# The bound of an instance whose products and accumulation are exact in fp32 (docs/semantics.md).
 DEFAULT_ATOL = 1e-2
 DEFAULT_RTOL = 2e-5
 # Every integer of an instance reaches C++ as an `int` (template arguments, constexprs).
@@ -158,7 +158,7 @@ class Instance:
     q_per_block: int
     block_k: int
     cta_resident: int
-    setup_tokens: int  # the schedule's weight of a tile's setup, in tokens of its window (SPEC §4)
+    setup_tokens: int  # the schedule's weight of a tile's setup, in tokens of its window (docs/schedule.md)
     default: bool
     atol: float
     rtol: float

@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("build", parents=[common], help="build this device's module ahead of time")
     bench_arguments(
         commands.add_parser(
-            "bench", parents=[common], help="PERF.md's tables on this device: µs, TFLOP/s, TB/s, %% of roofline"
+            "bench", parents=[common], help="the performance tables (docs/performance.md) on this device: µs, TFLOP/s, TB/s, %% of roofline"
         )
     )
     args = ap.parse_args(argv)

@@ -1,4 +1,4 @@
-"""Tensor layouts of the key/query scales and key values (SPEC §6): converters between the natural
+"""Tensor layouts of the key/query scales and key values (docs/semantics.md): converters between the natural
 layout and the "mfma_permuted" one (an arch record's scale_layout names which its kernels read), layout
 detection, and the refusal of a tensor laid out for another arch. The same bytes in either layout:
 ranks and shapes tell them apart; each layout's shapes come from manifest.json.

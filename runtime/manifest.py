@@ -146,7 +146,7 @@ def default_variant(arch: str) -> MqaLogitsVariant:
 
 
 def tolerance(variant: MqaLogitsVariant) -> tuple[float, float]:
-    """(atol, rtol) of `variant` against an fp32 reference (SPEC §3; instances.yaml)."""
+    """(atol, rtol) of `variant` against an fp32 reference (docs/semantics.md; instances.yaml)."""
     return manifest().tolerances[variant]
 
 

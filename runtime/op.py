@@ -1,4 +1,4 @@
-"""pa_mqa_logits_mxfp4: the operator (SPEC §3), dispatched to the module of the tensors' arch."""
+"""pa_mqa_logits_mxfp4: the operator (docs/semantics.md), dispatched to the module of the tensors' arch."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def pa_mqa_logits_mxfp4(
     fused page buffer. weights [T, H] fp32 or bf16; block_tables int32 [batch, >=
     block_table_width(max_seq_len)]; out fp32 [>= T, >= max_seq_len], last dim contiguous.
 
-    Caller contract (the op cannot check these; see the README):
+    Caller contract (the op cannot check these; docs/contract.md):
     1. within a tile (q_per_block rows of one sequence) windows are non-decreasing in row;
     2. windows end at or before out.shape[1] and max_seq_len;
     3. a row of no live sequence has an empty window, and only such a row may have a
@@ -82,7 +82,7 @@ def pa_mqa_logits_mxfp4(
             f"mxlogits: block_tables: expected at least {plan.batch} rows (the plan's batch), "
             f"found shape {tuple(block_tables.shape)}"
         )
-    expected = arch_layout(arch)  # refuse a tensor laid out for another arch (SPEC §6)
+    expected = arch_layout(arch)  # refuse a tensor laid out for another arch (docs/semantics.md)
     for name, t in laid_out:
         check_layout(name, t, name, expected)
     v = plan.variant

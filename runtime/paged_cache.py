@@ -36,7 +36,7 @@ def write_paged_kv(
 ) -> None:
     """Token i (packed [N, D/2], scales [N, D/32]) goes to page slot_mapping[i] // PAGE, row
     slot_mapping[i] % PAGE; negative slots (padding) are skipped. Writes through views, so a
-    fused buffer's views are filled in place; kv_cache/kv_scale in either layout (SPEC §6,
+    fused buffer's views are filled in place; kv_cache/kv_scale in either layout (docs/semantics.md,
     layouts.fused_views). Checks slot bounds (one host sync on a GPU)."""
     m = manifest()
     n = packed.shape[0] if packed.dim() == 2 else -1

@@ -1,4 +1,4 @@
-"""plan_buffers / plan / block_table_width: the schedule of SPEC §4, built by the generated
+"""plan_buffers / plan / block_table_width: the schedule (docs/schedule.md), built by the generated
 module on the tensors' device (no host sync, CUDA-graph friendly)."""
 
 from __future__ import annotations

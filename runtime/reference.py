@@ -1,4 +1,4 @@
-"""reference_logits: SPEC §3 evaluated in fp32 with plain torch ops, row by row."""
+"""reference_logits: the operator of docs/semantics.md evaluated in fp32 with plain torch ops, row by row."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def reference_logits(
 ) -> torch.Tensor:
     """out[r, t] = sum_h weight_scale * weights[r, h] * maximum(dot(Q[r, h], K[t]), 0) for t in
     [local_starts[r], local_ends[r]) clipped to [0, max_seq_len); other cells stay as given
-    (-inf in a new `out`). Either layout of SPEC §6. The sequence of row r is row_to_batch[r], else the
+    (-inf in a new `out`). Either layout of docs/semantics.md. The sequence of row r is row_to_batch[r], else the
     sequence of cu_seq_q holding r, else r; a row whose sequence is not a row of block_tables
     produces nothing, as in the kernels."""
     q_scale, kv_cache, kv_scale = (  # rank 4: the mfma_permuted layout

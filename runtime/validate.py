@@ -1,5 +1,5 @@
 """The checked mode (MXLOGITS_VALIDATE=1, or plan(validate=True)): on the host, with one
-synchronization per call, everything the fast path trusts — the caller contract of SPEC §5,
+synchronization per call, everything the fast path trusts — the caller contract of docs/contract.md,
 cu_seq_q non-decreasing, every page id a window reads — checked before any launch. Each error
 names the argument, the row and the value. For a caller chasing a bug: it syncs, so it is off by
 default and refused under CUDA-graph capture."""

@@ -7,7 +7,7 @@ the corner cases of tests/runtime/test_op.py, the exact path's scenes on one CTA
 schedule planned for more rows than the q/out tensors hold (num_rows smaller than the plan: the
 kernel drops the records past it).
 Hostile cases (memcheck's verdict is what matters; they must still leave every cell outside the
-rows' windows untouched, SPEC §3, else FAIL): a schedule built by another variant, and forged
+rows' windows untouched, docs/semantics.md, else FAIL): a schedule built by another variant, and forged
 records (random int32, huge and negative) with random CTA ranges. Without a GPU arch of the
 instance table this prints "no GPU arch present" and exits 0."""
 

@@ -5,7 +5,7 @@ GPU's arch:
 
 Builds `plans` (default 50) random plans per variant on the GPU and compares each schedule with
 the host's: bit-exact against the cpu builder of the same (q_per_block, block_k, setup weight) at the same
-grid, else against the SPEC §4 model (tests/support/schedule_model.py). Prints PASS/FAIL per variant and
+grid, else against the model of docs/schedule.md (tests/support/schedule_model.py). Prints PASS/FAIL per variant and
 exits 1 on a mismatch. Without a GPU arch of the instance table this prints "no GPU arch
 present" and exits 0."""
 
@@ -30,7 +30,7 @@ def main(argv: list[str]) -> int:
     for v in GPU_VARIANTS:
         rng = random.Random(4242 + v.q_per_block * 1000 + v.block_k)
         specs = [random_plan(rng, v) for _ in range(plans)]
-        against = f"cpu {host_twin(v).name}" if host_twin(v) else "the SPEC §4 model"
+        against = f"cpu {host_twin(v).name}" if host_twin(v) else "the model of docs/schedule.md"
         try:
             compare_with_host(v, specs, "cuda")
         except AssertionError as e:

@@ -127,7 +127,7 @@ static_assert(offsetof(KernelArgs, weights_bf16) == 148, "KernelArgs ABI");
 static_assert(sizeof(KernelArgs) == 152, "KernelArgs ABI");
 
 
-// Arguments of the schedule build (SPEC §4). `scratch` holds, in order: at q_per_block > 1
+// Arguments of the schedule build (docs/schedule.md). `scratch` holds, in order: at q_per_block > 1
 // the per-sequence tile offsets [batch + 1] and the tile cut cu_tiles [max_tiles + 1];
 // always the per-tile weight prefix [max_tiles + 1] (sched.h: chunks plus setup).
 struct SchedArgs {

@@ -22,7 +22,7 @@ inline constexpr int kHeadGroup = 16;
 using HeadVec = float __attribute__((vector_size(sizeof(float) * kHeadGroup)));
 static_assert(kHeads % kHeadGroup == 0, "heads are a multiple of the vector width");
 
-// E2M1 code -> value (SPEC §1).
+// E2M1 code -> value (docs/semantics.md).
 inline constexpr float kE2M1[16] = {0.f,  .5f,  1.f,  1.5f,  2.f,  3.f,  4.f,  6.f,
                                     -0.f, -.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
 

@@ -208,7 +208,7 @@ struct LogitsInputs {
   int64_t max_seq_len;
 };
 
-// SPEC §5: everything the host can see, before any launch.
+// Everything the host can see, before any launch (docs/contract.md).
 template <class T>
 void check_shapes(const LogitsInputs& in) {
   const Checker c("pa_mqa_logits_mxfp4", in.q.device());

@@ -79,7 +79,7 @@ __device__ inline void retire_and_store(const Shared<T>& sh, float (&sums)[4], u
 // f16 accumulators, their relu as the head sum's A fragments (k-step j is columns 16 j .. 16 j + 15,
 // as the accumulators lie), summed over the heads by the second wgmma. A pass's products run under
 // the previous pass's head sum; the head sum's A is rewritten only after that head sum retired. On the
-// H200 (bench/RESULTS.md): one pass of 128 for two rows, MTP 2 (128, 128) 127.2-129.1 us against
+// H200 (docs/experiments.md): one pass of 128 for two rows, MTP 2 (128, 128) 127.2-129.1 us against
 // 132.2-134.2 for two fp32 passes of 64 columns; two passes of 128 for four rows at math_registers
 // 112, MTP 4 (128, 128) 194.9 / 195.4 against 198.5 for four fp32 passes of 64 (at 96 registers
 // ptxas serializes the wgmmas).

@@ -13,7 +13,7 @@ namespace mxlogits::sm90::body {
 // on to the next page's warpgroup (unless the page is the last). Every page takes every ordered pass's
 // turn once, so each barrier meets one waiting warpgroup and one arriving; a record starts its rings
 // afresh. Left to themselves, the warpgroups drift into phases where their passes share the tensor cores
-// and all finish late. In page order (bench/RESULTS.md): decode MTP 2 (128, 128) 8% less time; MTP 4
+// and all finish late. In page order (docs/experiments.md): decode MTP 2 (128, 128) 8% less time; MTP 4
 // (128, 128) 3% with the products alone in the rings, 9% with the head sum going out in the next pass's
 // turn, 10% with the first pass's products left out of order.
 struct Turn {

@@ -20,7 +20,7 @@ namespace mxlogits::sm90::body {
 // A CTA's first pages, one per math warpgroup, go out alone: page g past them waits until page
 // g - MATH_WARPGROUPS has landed (for the first COPIERS of them; each copy warp issues in order).
 // Issued with all of a small call's pages at once, they queued behind them: small decode calls
-// 0.1-0.25 us faster (bench/RESULTS.md). The wait is on a lower page, so it cannot close a cycle.
+// 0.1-0.25 us faster (docs/experiments.md). The wait is on a lower page, so it cannot close a cycle.
 template <class T>
 __device__ void issue(const KernelArgs& a, Shared<T>& sh, const Slots<T>& slots, bool fused, uint32_t g,
                       int32_t page) {
@@ -55,7 +55,7 @@ __device__ void copy_pages(const KernelArgs& a, Shared<T>& sh, const CtaRange& r
   // The range's record's first 32 page ids, loaded as soon as the range is here, not after its span
   // (the start's chain: range, span, page ids, page). The index is checked against block_tables
   // alone, so the load is safe whatever the record holds; the walk takes the ids only where it asks
-  // for that very row and first page. Small decode calls: 0.1-0.2 us (bench/RESULTS.md). spec_first
+  // for that very row and first page. Small decode calls: 0.1-0.2 us (docs/experiments.md). spec_first
   // is checked before spec_first + lane: a forged chunk_start near INT32_MAX would wrap the sum.
   const CtaRecord& r0 = range.first;
   const int32_t spec_first = int32_t(records::first_token<T::BLOCK_K>(r0) / kPageSize);

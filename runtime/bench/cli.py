@@ -1,5 +1,5 @@
-"""python -m mxlogits bench: PERF.md's tables on this device, each row as µs, TFLOP/s, TB/s and % of
-roofline; --sweep times each row at grids of 1..4 x the SM count instead (how cta_resident is
+"""python -m mxlogits bench: the performance tables (docs/performance.md) on this device, each row as
+µs, TFLOP/s, TB/s and % of roofline; --sweep times each row at grids of 1..4 x the SM count instead (how cta_resident is
 chosen); --tune rebuilds a variant at each combination of its arch's compile-time tunables and
 benches each (tune.py). This module holds the command's arguments and what it does with them."""
 
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace, device: torch.device) -> int:
     print(f"mxlogits bench on {device} ({device_name(device)}), arch {arch}, torch {torch.__version__}")
     print(f"limits: {limits.bw / 1e12:.3f} TB/s, {limits.peak / 1e12:.1f} TFLOP/s ({limits.source})")
     if quick:
-        print(f"quick: token counts and prefill rows are divided by {scale}; these are not PERF.md's shapes")
+        print(f"quick: token counts and prefill rows are divided by {scale}; these are not the tables' shapes of docs/performance.md")
     timer = "CUDA events around the op launch alone" if device.type == "cuda" else "wall clock around the op call"
     print(f"timing: median of {repeats} calls after a warm-up, {timer}; plan timed separately")
     rows = []

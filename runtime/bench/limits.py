@@ -1,4 +1,4 @@
-"""The machine limits the roofline divides by (PERF.md): memory bandwidth from a large
+"""The machine limits the roofline divides by (docs/performance.md): memory bandwidth from a large
 device-to-device copy, compute peak from a large fp8 matmul (fp32 on the host, the cpu arch's
 arithmetic), each the best of several runs: a limit is what the machine can reach."""
 
@@ -10,7 +10,7 @@ import torch
 
 from .timing import call_seconds
 
-PERF_BW, PERF_PEAK = 4.17e12, 1324e12  # PERF.md's H200 measurements: copy bytes/s, fp8 matmul flop/s
+PERF_BW, PERF_PEAK = 4.17e12, 1324e12  # an H200's, measured so (docs/performance.md): copy bytes/s, fp8 flop/s
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def _host_peak(n: int = 2048) -> float:
 
 def measure_limits(device: torch.device, bw: float | None = None, peak: float | None = None) -> Limits:
     """Bandwidth and peak of `device`, each measured unless given (bytes/s, flop/s). On a GPU where
-    a measurement fails (no fp8 matmul, no memory) it falls back to PERF.md's H200 figure, and
+    a measurement fails (no fp8 matmul, no memory) it falls back to an H200's figure (docs/performance.md), and
     the source says so."""
     notes = []
     if bw is not None:
@@ -52,7 +52,7 @@ def measure_limits(device: torch.device, bw: float | None = None, peak: float | 
             notes.append("bandwidth: 2 GiB device copy")
         except RuntimeError as e:  # out of memory, most likely
             bw = PERF_BW
-            notes.append(f"bandwidth: PERF.md's H200 figure (the copy failed: {str(e).splitlines()[0]})")
+            notes.append(f"bandwidth: an H200's figure, docs/performance.md (the copy failed: {str(e).splitlines()[0]})")
     else:
         bw = _copy_bandwidth(device, 1 << 28)
         notes.append("bandwidth: 256 MiB host copy")
@@ -64,7 +64,7 @@ def measure_limits(device: torch.device, bw: float | None = None, peak: float | 
             notes.append("peak: fp8 e4m3 matmul 8192^3")
         except (RuntimeError, AttributeError, TypeError) as e:
             peak = PERF_PEAK
-            notes.append(f"peak: PERF.md's H200 fp8 figure (no fp8 matmul here: {str(e).splitlines()[0]})")
+            notes.append(f"peak: an H200's fp8 figure, docs/performance.md (no fp8 matmul here: {str(e).splitlines()[0]})")
     else:
         peak = _host_peak()
         notes.append("peak: fp32 host matmul 2048^3")

@@ -1,5 +1,5 @@
 """One bench row: a shape of a table planned and run on one variant and grid, checked against the
-fp32 reference before it is timed, with PERF.md's counts and the roofline (roofline time =
+fp32 reference before it is timed, with the counts of docs/performance.md and the roofline (roofline time =
 max(bytes / BW, flops / PEAK)); and which variant each table runs."""
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def bench_row(
     num_ctas: int | None = None,
     guard: bool = False,
 ) -> dict:
-    """Plan and op medians of one shape on one variant and grid, with PERF.md's counts."""
+    """Plan and op medians of one shape on one variant and grid, with docs/performance.md's counts."""
     m = manifest()
     work = count_work(shape, variant.q_per_block, m.heads, m.head_dim)
     width = block_table_width(shape.max_seq_len, device=device)  # the arch's widest variant

@@ -1,5 +1,5 @@
-"""The shapes of PERF.md's benchmark tables, and what one call on a shape costs as PERF.md counts
-it (cells, flops, bytes: the roofline's inputs)."""
+"""The shapes of the benchmark tables, and what one call on a shape costs as docs/performance.md
+counts it (cells, flops, bytes: the roofline's inputs)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ class Work:
 
 
 def count_work(shape: Shape, q_per_block: int, heads: int, head_dim: int) -> Work:
-    """PERF.md's count. A tile (q_per_block consecutive rows of one sequence) reads the union of
+    """docs/performance.md's count. A tile (q_per_block consecutive rows of one sequence) reads the union of
     its rows' windows once; row_bytes (68 at D = 128) is one D row of E2M1 values plus E8M0 scales."""
     row_bytes = head_dim // 2 + head_dim // 32
     cells = sum(max(0, e - s) for _, s, e in shape.rows)
@@ -126,7 +126,7 @@ def prefill_chunked(scale: int, cta_resident: int) -> list[Shape]:
     ]
 
 
-# table -> shapes(scale, cta_resident), in PERF.md's order.
+# table -> shapes(scale, cta_resident), in docs/performance.md's order.
 TABLES = {
     "decode_mtp1": decode_mtp1,
     "decode_mtp2": partial(decode_mtp, 2),

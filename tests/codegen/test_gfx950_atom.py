@@ -1,6 +1,6 @@
 """The gfx950 atom's lane maps and the body's operand addressing (generated/gfx950/atom.h and
 operands.h, compiled on the host with g++ and printed), checked against the MFMA's shapes and
-against SPEC §6's permuted layout as runtime/layouts.py builds it: every lane reads the value
+against the permuted layout of docs/semantics.md as runtime/layouts.py builds it: every lane reads the value
 bytes and the scale byte of the same (row, 32-element block), and the reads of one query row and
 of one page cover each byte exactly once. CPU only; no AMD GPU is needed."""
 

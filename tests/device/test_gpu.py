@@ -120,7 +120,7 @@ def test_gpu_agrees_with_cpu_on_random_scenes(variant, kind, seed):
 def test_device_schedule_is_bit_exact_with_the_host_builder(variant):
     """At least 2,000 random plans over the GPU variants, built on the GPU (all launches, one
     synchronization) and compared record for record with the cpu builder at the same grid
-    (or, where the cpu arch has no instance of this shape, with the SPEC §4 model)."""
+    (or, where the cpu arch has no instance of this shape, with the model of docs/schedule.md)."""
     per_variant = max(700, -(-2000 // len(GPU_VARIANTS)))
     rng = random.Random(77 + variant.q_per_block * 1000 + variant.block_k)
     specs = [random_plan(rng, variant) for _ in range(per_variant)]

@@ -1,4 +1,4 @@
-"""SPEC §6 layouts: natural <-> gfx950 mfma_permuted converters (round trips, and the permutation
+"""The layouts of docs/semantics.md: natural <-> gfx950 mfma_permuted converters (round trips, and the permutation
 checked element by element with plain loops), layout detection, the op's refusal of a tensor laid
 out for another arch, the reference on either layout, and the paged writer on either layout."""
 
@@ -59,7 +59,7 @@ def test_scale_permutation_matches_spec_loops(kind):
 
 def test_scale_permutation_hand_made_and_spec_tensor_op():
     if (PAGE, B) != (64, 4):
-        pytest.skip("SPEC §6's worked formula is for 64-row groups of D=128 rows")
+        pytest.skip("docs/semantics.md's worked formula is for 64-row groups of D=128 rows")
     e8 = torch.zeros(2, 64, 4, dtype=torch.uint8)
     # (o, b) -> [g, m, 2·kt + mi]
     cases = {(0, 0): (0, 0, 0), (32, 0): (0, 0, 1), (0, 1): (1, 0, 0), (0, 2): (0, 0, 2), (33, 2): (0, 1, 3),
@@ -71,7 +71,7 @@ def test_scale_permutation_hand_made_and_spec_tensor_op():
     for i, pos in enumerate(cases.values()):
         assert permuted[1][pos] == i + 1, pos
     random = random_bytes(5, "kv_scale", seed=11)
-    for t in (e8, random):  # SPEC §6's tensor op
+    for t in (e8, random):  # docs/semantics.md's tensor op
         spec = t.view(-1, 2, 32, 2, 2).permute(0, 4, 2, 3, 1).reshape(-1, 2, 32, 4)
         assert torch.equal(mx.to_layout(t, "kv_scale", "mfma_permuted"), spec)
 

@@ -1,4 +1,4 @@
-"""MXFP4 quantization (SPEC §1), dequantization and the paged-cache writer."""
+"""MXFP4 quantization (docs/semantics.md), dequantization and the paged-cache writer."""
 
 from __future__ import annotations
 

@@ -176,7 +176,7 @@ def test_results_do_not_depend_on_the_grid(variant):
         torch.testing.assert_close(o, outs[0], rtol=0, atol=1e-5, equal_nan=True)
 
 
-# ---- NaN from E8M0 0xFF (SPEC §3) -----------------------------------------------------------
+# ---- NaN from E8M0 0xFF (docs/semantics.md) -------------------------------------------------
 
 
 def poisoned_case(variant):

@@ -1,4 +1,4 @@
-"""Property tests of the schedule (SPEC §4) over thousands of random plans, against an
+"""Property tests of the schedule (docs/schedule.md) over thousands of random plans, against an
 independent model of tiles and chunks written from the spec (schedule_model.py), on every
 variant of every arch present."""
 
@@ -29,7 +29,7 @@ def test_random_plans(variant):
 
 
 def test_setup_weight_places_the_split(variant):
-    """The split divides exactly the units README "Schedule" names: a tile of one chunk, then one
+    """The split divides exactly the units docs/schedule.md names: a tile of one chunk, then one
     of 40, over 5 CTAs; each CTA's chunks of the long tile are its units past both tiles' setups
     (the weight differs by q_per_block, so a builder with the wrong one moves every cut)."""
     q, bk, setup, n = variant.q_per_block, variant.block_k, setup_chunks(variant), 5

@@ -1,4 +1,4 @@
-"""SPEC §4 written independently of the builder: the tile model, the expectations every plan's
+"""The schedule of docs/schedule.md written independently of the builder: the tile model, the expectations every plan's
 records must meet, and random plan specs. Shared by tests/runtime/test_schedule.py,
 tests/device/test_gpu.py and tools/racecheck_schedule.py."""
 
@@ -13,7 +13,7 @@ from mxlogits.manifest import manifest
 
 
 def model_tiles(num_rows, batch, qpb, bk, cu, starts, ends, rtb):
-    """SPEC §4 tiles: [(row0, rows, batch, start, end, first_chunk, chunks)] of the non-empty ones."""
+    """The tiles of docs/schedule.md: [(row0, rows, batch, start, end, first_chunk, chunks)] of the non-empty ones."""
     if qpb == 1:
         spans = [(r, r + 1, r) for r in range(num_rows)]
     else:
@@ -76,7 +76,7 @@ def build_plan(variant, device, num_rows, batch, cu, starts, ends, rtb, num_ctas
 
 
 def setup_chunks(variant) -> int:
-    """README "Schedule": a tile's setup weighs as much as the instance's setup_tokens of its window."""
+    """docs/schedule.md: a tile's setup weighs as much as the instance's setup_tokens of its window."""
     return -(-manifest().setup_tokens[variant] // variant.block_k)
 
 
@@ -86,7 +86,7 @@ def total_weight(variant, tiles) -> int:
 
 
 def check_records(variant, num_ctas, records, ranges, num_rows, batch, cu, starts, ends, rtb) -> None:
-    """Assert that the schedule (records, ranges: lists of int rows) is one SPEC §4 allows for the
+    """Assert that the schedule (records, ranges: lists of int rows) is one docs/schedule.md allows for the
     spec: every in-window chunk of every tile covered exactly once by records naming the tile,
     a fair share of the weight per CTA, empty slots empty, each range carrying its first record."""
     seq_batch = len(cu) - 1 if cu is not None else batch

@@ -1,4 +1,4 @@
-"""python -m mxlogits bench on the host: PERF.md's counts on a hand-computed case, the tables' shapes,
+"""python -m mxlogits bench on the host: docs/performance.md's counts on a hand-computed case, the tables' shapes,
 the variant choice, the correctness guard, and a quick run that writes its JSON."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def test_counts_match_a_hand_computation():
     )
     # q_per_block 1: every row is a tile -> 8 + 9 + 8 + 5 KV tokens.
     assert count_work(HAND, 1, heads=2, head_dim=64).bytes == 34 * 30 + 34 * 2 * 5 + 4 * 2 * 5 + 4 * 30
-    # D = 128: PERF.md's 68 bytes per KV token and per (row, head).
+    # D = 128: docs/performance.md's 68 bytes per KV token and per (row, head).
     assert count_work(HAND, 1, heads=64, head_dim=128).bytes == 68 * 30 + 68 * 64 * 5 + 4 * 64 * 5 + 4 * 30
 
 
