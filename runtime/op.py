@@ -86,20 +86,26 @@ def pa_mqa_logits_mxfp4(
     for name, t in laid_out:
         check_layout(name, t, name, expected)
     v = plan.variant
-    module = ops(arch)
-    launch = dict(
-        q=q, q_scale=q_scale, kv_cache=kv_cache, kv_scale=kv_scale, block_tables=block_tables, weights=weights,
-        cta_info=plan.buffers.cta_info, cta_ranges=plan.buffers.cta_ranges, local_ends=plan.local_ends,
-        local_starts=plan.local_starts, out=out, num_rows=plan.num_rows, max_seq_len=max_seq_len,
-        q_per_block=v.q_per_block, block_k=v.block_k,
-    )  # fmt: skip
+    module, buffers = ops(arch), plan.buffers
+    # Each argument by name (the op's schema, manifest.json), written out: a dict passed with ** would
+    # cost the per-call path about as much again as the call's own argument handling.
     if out is None or plan.checked is not None:  # every C++ check, before an allocation or a host read
-        module.check_logits(**launch)
+        module.check_logits(
+            q=q, q_scale=q_scale, kv_cache=kv_cache, kv_scale=kv_scale, block_tables=block_tables, weights=weights,
+            cta_info=buffers.cta_info, cta_ranges=buffers.cta_ranges, local_ends=plan.local_ends,
+            local_starts=plan.local_starts, out=out, num_rows=plan.num_rows, max_seq_len=max_seq_len,
+            q_per_block=v.q_per_block, block_k=v.block_k,
+        )  # fmt: skip
     if plan.checked is not None:
         check_launch(plan.checked, block_tables, kv_cache.shape[0], manifest().page_size, max_seq_len)
     if out is None:
-        out = launch["out"] = _new_out(q.shape[0], max_seq_len, device)
-    module.pa_mqa_logits_mxfp4(**launch, weight_scale=float(weight_scale))
+        out = _new_out(q.shape[0], max_seq_len, device)
+    module.pa_mqa_logits_mxfp4(
+        q=q, q_scale=q_scale, kv_cache=kv_cache, kv_scale=kv_scale, block_tables=block_tables, weights=weights,
+        cta_info=buffers.cta_info, cta_ranges=buffers.cta_ranges, local_ends=plan.local_ends,
+        local_starts=plan.local_starts, out=out, num_rows=plan.num_rows, max_seq_len=max_seq_len,
+        weight_scale=float(weight_scale), q_per_block=v.q_per_block, block_k=v.block_k,
+    )  # fmt: skip
     return out
 
 
