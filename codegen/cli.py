@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         "--ptxas",
         action="store_true",
         help="compile the output tree's cuda instance TUs with nvcc and report ptxas resources and a digest "
-        "of the code per kernel; exit 1 on a spill, stack frame or serialized wgmma, 2 on a compile error",
+        "of the code per kernel; exit 1 on a function outside its arch record's ptxas limits (sm90: a spill, "
+        "a stack frame, a serialized wgmma), 2 on a compile error",
     )
     mode.add_argument(
         "--isa",
