@@ -10,7 +10,7 @@ from pathlib import Path
 
 import jinja2
 
-from .family import family
+from .family import emulation_macro, family
 from .layouts import LAYOUTS, inner_shapes
 from .ops import BY_NAME, OPS, manifest_ops
 from .table import InstanceTable, TableError
@@ -82,6 +82,8 @@ def render_all(table: InstanceTable, templates: Path) -> dict[str, str]:
     emit("common/launch.h", "common/launch.h.j2")
     emit("common/records.h", "common/records.h.j2")
     emit("common/sched_device.h", "common/sched_device.h.j2")
+    for part in ("fiber.h", "model.h", "hip.h", "amdgcn.h"):
+        emit(f"emulation/{part}", f"emulation/{part}.j2")
     arch_files: dict[str, list[str]] = {}
     for arch in sorted(table.arches, key=lambda a: a.name):
         fam = family(arch)
@@ -96,6 +98,8 @@ def render_all(table: InstanceTable, templates: Path) -> dict[str, str]:
         emit(f"{d}/launcher.h", "launcher/launcher.h.j2", **ctx)
         emit(f"{d}/launcher.cpp", "launcher/launcher.cpp.j2", **ctx)
         emit(f"{d}/bindings.cpp", "bindings/bindings.cpp.j2", **ctx)
+        if arch.emulation:
+            emit(f"{d}/emulation.h", "emulation/target.h.j2", **ctx)
         for inst in insts:
             emit(f"{d}/instance_{inst.name}.{fam.body_suffix}", "launcher/instance.j2", instance=inst, **ctx)
         for b in arch.budgets:
@@ -105,6 +109,7 @@ def render_all(table: InstanceTable, templates: Path) -> dict[str, str]:
                     f"{arch.name} templates read ({sorted(read) or 'none'}), found unknown key {b.name!r}"
                 )
         shared = [p for p in files if p.startswith("common/") and (fam.gpu or p != "common/sched_device.h")]
+        shared += [p for p in files if p.startswith("emulation/") and arch.emulation]
         arch_files[d] = sorted([p for p in files if p.startswith(f"{d}/")] + shared)
     files["manifest.json"] = _manifest(table, files, arch_files)
     return files
@@ -127,6 +132,12 @@ def _manifest(table: InstanceTable, files: dict[str, str], arch_files: dict[str,
             "isa": arch.isa and {"expect": list(arch.isa.expect), "limits": dict(arch.isa.limits)},
             "ptxas": arch.ptxas and {"limits": dict(arch.ptxas.limits), "refuse": dict(arch.ptxas.refuse)},
             "device_flags": list(fam.device_flags),
+            "emulation": arch.emulation and {
+                "wave": arch.emulation.wave,
+                "flags": list(arch.emulation.flags),
+                "macro": emulation_macro(arch),
+                "header": f"{arch.name}/emulation.h",
+            },
             "dispatch_key": fam.dispatch_key,
             "op_namespace": f"mxlogits_{arch.name}",
             "sources": sorted(p for p in paths if not p.endswith(".h")),

@@ -131,6 +131,16 @@ class SetupTokens:
 
 
 @dataclass(frozen=True)
+class Emulation:
+    """How a hip arch's body runs on the host (the emulation build, MXLOGITS_EMULATE=<arch>): the target's
+    wave width, which the execution model groups lanes by, and the host compiler's flags. Its CTAs' LDS is
+    the arch's budgets.lds_bytes."""
+
+    wave: int
+    flags: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Arch:
     name: str
     family: str
@@ -143,6 +153,7 @@ class Arch:
     setup_tokens: SetupTokens  # what an instance row that names no setup_tokens gets
     isa: Isa | None
     ptxas: Ptxas | None
+    emulation: Emulation | None
     line: int = field(compare=False)
     column: int = field(compare=False)
 
@@ -280,7 +291,7 @@ def _table(r: _Reader, node: yaml.Node) -> Table:
 def _arch(r: _Reader, node: yaml.Node, i: int, templates: Path) -> Arch:
     key = f"arches[{i}]"
     keys = ("name", "family", "target", "flags", "scale_layout", "setup_tokens")
-    m = r.mapping(node, key, keys + ("budgets", "sanitize_flags", "tunables", "isa", "ptxas"), keys)
+    m = r.mapping(node, key, keys + ("budgets", "sanitize_flags", "tunables", "isa", "ptxas", "emulation"), keys)
     name = r.identifier(m["name"], f"{key}.name")
     for part in ("traits.h.j2", "body.h.j2"):
         if not (templates / "arch" / name / part).is_file():
@@ -301,6 +312,12 @@ def _arch(r: _Reader, node: yaml.Node, i: int, templates: Path) -> Arch:
     if "ptxas" in m and fam != "cuda":
         raise r.error(m["ptxas"], f"{key}.ptxas", "ptxas limits on a cuda arch only (ptxas compiles its pass)",
                       f"them on a {fam} arch")
+    if "emulation" in m and fam != "hip":
+        raise r.error(m["emulation"], f"{key}.emulation", "an emulation record on a hip arch only (the host "
+                      "emulation runs AMD bodies)", f"one on a {fam} arch")
+    if "emulation" in m and "lds_bytes" not in [r.value(k) for k, _ in getattr(m.get("budgets"), "value", ())]:
+        raise r.error(m["emulation"], f"{key}.emulation", "an arch with budgets.lds_bytes (the LDS of its "
+                      "emulated CTAs)", "none")
     return Arch(
         name=name,
         family=fam,
@@ -313,6 +330,7 @@ def _arch(r: _Reader, node: yaml.Node, i: int, templates: Path) -> Arch:
         setup_tokens=_setup_tokens(r, m["setup_tokens"], f"{key}.setup_tokens"),
         isa=_isa(r, m["isa"], f"{key}.isa") if "isa" in m else None,
         ptxas=_ptxas(r, m["ptxas"], f"{key}.ptxas") if "ptxas" in m else None,
+        emulation=_emulation(r, m["emulation"], f"{key}.emulation") if "emulation" in m else None,
         line=node.start_mark.line + 1,
         column=node.start_mark.column + 1,
     )
@@ -361,6 +379,15 @@ def _setup_tokens(r: _Reader, node: yaml.Node, key: str) -> SetupTokens:
         r.integer(m[name], f"{key}.{name}", f"an integer in [{low}, {high}]", lambda v: low <= v <= high)
         for name in ("one_row", "more_rows")
     ))  # fmt: skip
+
+
+def _emulation(r: _Reader, node: yaml.Node, key: str) -> Emulation:
+    """`emulation: {wave: 32 | 64, flags: [...]}`: the host build of a hip arch's body."""
+    m = r.mapping(node, key, ("wave", "flags"), ("wave", "flags"))
+    return Emulation(
+        wave=r.integer(m["wave"], f"{key}.wave", "32 or 64 (lanes of a wave)", lambda v: v in (32, 64)),
+        flags=tuple(r.string(f, f"{key}.flags[{j}]") for j, f in enumerate(r.sequence(m["flags"], f"{key}.flags"))),
+    )
 
 
 def _flags(r: _Reader, node: yaml.Node, key: str, family: str, base: tuple[str, ...]) -> tuple[str, ...]:

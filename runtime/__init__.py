@@ -24,7 +24,7 @@ probed once per device; each arch's module is built on first use and cached
 (MXLOGITS_CACHE_DIR; MXLOGITS_JIT=0 forbids building).
 """
 
-from .arch import arch_of
+from .arch import arch_of, emulate, emulated_arch
 from .build import built_library, cache_dir, jit_enabled
 from .integrations import deepgemm as deepgemm_compat
 from .integrations import indexer
@@ -52,6 +52,8 @@ __all__ = [
     "deepgemm_compat",
     "default_variant",
     "dequantize_mxfp4",
+    "emulate",
+    "emulated_arch",
     "from_layout",
     "fused_kv_cache",
     "fused_views",

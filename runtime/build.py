@@ -32,9 +32,12 @@ from .manifest import ArchRecord, manifest
 CACHE_DIR_ENV = "MXLOGITS_CACHE_DIR"
 JIT_ENV = "MXLOGITS_JIT"
 SANITIZE_ENV = "MXLOGITS_SANITIZE"
+EMULATION_CXX_ENV = "MXLOGITS_EMULATION_CXX"
+# The host compiler of an emulation build: clang (the bodies use its vector extensions and builtins).
+EMULATION_COMPILERS = ("clang++-22", "clang++")
 
 _lock = threading.Lock()
-_loaded: dict[str, str] = {}  # arch -> op namespace
+_loaded: dict[tuple[str, bool], str] = {}  # (arch, emulated) -> op namespace
 
 
 def cache_dir() -> Path:
@@ -52,8 +55,34 @@ def sanitize_enabled() -> bool:
     return os.environ.get(SANITIZE_ENV, "0").strip().lower() in ("1", "true", "yes", "on")
 
 
-def build_flags(arch: ArchRecord) -> list[str]:
-    """The arch's compiler flags, plus its sanitize_flags under MXLOGITS_SANITIZE=1."""
+def emulation_compiler() -> str | None:
+    """The clang an emulation build uses ($MXLOGITS_EMULATION_CXX, else the first of EMULATION_COMPILERS on
+    PATH), or None when there is none."""
+    named = os.environ.get(EMULATION_CXX_ENV)
+    for candidate in (named,) if named else EMULATION_COMPILERS:
+        found = shutil.which(candidate)
+        if found:
+            return found
+    return None
+
+
+def _emulation_compiler_or_raise(arch: ArchRecord) -> str:
+    compiler = emulation_compiler()
+    if compiler is None:
+        wanted = os.environ.get(EMULATION_CXX_ENV) or " or ".join(EMULATION_COMPILERS)
+        raise RuntimeError(
+            f"mxlogits: the host emulation of {arch.name}: expected a clang on PATH ({wanted}; Debian: apt-get "
+            f"install clang-22), found none; set {EMULATION_CXX_ENV} to use another"
+        )
+    return compiler
+
+
+def build_flags(arch: ArchRecord, emulated: bool = False) -> list[str]:
+    """The arch's compiler flags, plus its sanitize_flags under MXLOGITS_SANITIZE=1; for its emulation build,
+    the emulation record's flags, the macros that select that pass and its header, included first."""
+    if emulated:
+        header = str(manifest().directory / arch.emulation.header)
+        return [*arch.emulation.flags, "-x", "c++", "-DMXLOGITS_EMULATE", f"-D{arch.emulation.macro}", "-include", header]
     return [*arch.flags, *(arch.sanitize_flags if sanitize_enabled() else ())]
 
 
@@ -77,6 +106,11 @@ def _host_cpu() -> str:
 
 
 @functools.cache
+def _compiler_version(compiler: str) -> str:
+    return subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60).stdout.strip()
+
+
+@functools.cache
 def device_compiler_version(family: str) -> str:
     """`nvcc --version` / `hipcc --version` of the toolkit torch builds extensions with ('' on the host)."""
     if family == "host":
@@ -93,20 +127,21 @@ def device_compiler_version(family: str) -> str:
     return run.stdout.strip()
 
 
-def module_name(arch: ArchRecord) -> str:
-    """Name of the built module: the arch and a hash of everything the binary depends on."""
+def module_name(arch: ArchRecord, emulated: bool = False) -> str:
+    """Name of the built module: the arch (and whether it is its emulation) and a hash of everything the
+    binary depends on."""
     key = {
         "sources": arch.source_hash,
-        "flags": build_flags(arch),
+        "flags": build_flags(arch, emulated),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "hip": torch.version.hip,
-        "cxx": os.environ.get("CXX", ""),
-        "device_compiler": device_compiler_version(arch.family),
-        "host": _host_cpu() if arch.family == "host" else "",
+        "cxx": _compiler_version(_emulation_compiler_or_raise(arch)) if emulated else os.environ.get("CXX", ""),
+        "device_compiler": "" if emulated else device_compiler_version(arch.family),
+        "host": _host_cpu() if emulated or arch.family == "host" else "",
     }
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    return f"mxlogits_{arch.name}_{digest}"
+    return f"mxlogits_{arch.name}{'_emulated' if emulated else ''}_{digest}"
 
 
 def _verify_sources(arch: ArchRecord, directory: Path) -> None:
@@ -130,56 +165,85 @@ def _file_lock(path: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _compile(arch: ArchRecord, directory: Path, name: str, build_dir: Path) -> None:
+@contextmanager
+def _host_compiler(compiler: str | None):
+    """$CXX set to `compiler` for the build (torch's extension builder reads it), then restored."""
+    if compiler is None:
+        yield
+        return
+    before = os.environ.get("CXX")
+    os.environ["CXX"] = compiler
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["CXX"]
+        else:
+            os.environ["CXX"] = before
+
+
+def _compile(arch: ArchRecord, directory: Path, name: str, build_dir: Path, emulated: bool) -> None:
     from torch.utils import cpp_extension
 
     sources = [str(directory / s) for s in arch.sources]
-    flags = build_flags(arch)
-    device_code = arch.family != "host"
-    sanitized = " with sanitizers" if sanitize_enabled() else ""
+    flags = build_flags(arch, emulated)
+    device_code = arch.family != "host" and not emulated
+    what = "host emulation of the" if emulated else "the"
+    sanitized = " with sanitizers" if sanitize_enabled() and not emulated else ""
     print(
-        f"mxlogits: building the {arch.name} kernels{sanitized} (first use of this build: a minute or more), "
+        f"mxlogits: building {what} {arch.name} kernels{sanitized} (first use of this build: a minute or more), "
         f"cached in {build_dir}",
         file=sys.stderr,
         flush=True,
     )
-    cpp_extension.load(
-        name=name,
-        sources=sources,
-        extra_cflags=["-O3"] if device_code else flags,
-        # The device pass comes from the arch's target (an explicit -gencode also keeps torch
-        # from adding passes of its own).
-        extra_cuda_cflags=flags + list(arch.device_flags) if device_code else None,
-        extra_ldflags=None if device_code else flags,  # the compiler driver links -fopenmp's runtime
-        extra_include_paths=[str(directory)],
-        build_directory=str(build_dir),
-        is_python_module=False,
-        with_cuda=device_code,
-        verbose=False,
-    )
+    with _host_compiler(_emulation_compiler_or_raise(arch) if emulated else None):
+        cpp_extension.load(
+            name=name,
+            sources=sources,
+            extra_cflags=["-O3"] if device_code else flags,
+            # The device pass comes from the arch's target (an explicit -gencode also keeps torch
+            # from adding passes of its own).
+            extra_cuda_cflags=flags + list(arch.device_flags) if device_code else None,
+            extra_ldflags=None if device_code else flags,  # the compiler driver links -fopenmp's runtime
+            extra_include_paths=[str(directory)],
+            build_directory=str(build_dir),
+            is_python_module=False,
+            with_cuda=device_code,
+            verbose=False,
+        )
 
 
-def _paths(arch: ArchRecord) -> tuple[Path, Path]:
+def _paths(arch: ArchRecord, emulated: bool) -> tuple[Path, Path]:
     """(module, stamp): the stamp is written after a build succeeded, so a killed link is rebuilt."""
-    name = module_name(arch)
+    name = module_name(arch, emulated)
     return cache_dir() / name / f"{name}.so", cache_dir() / name / "complete"
 
 
-def cached_library(arch_name: str) -> Path | None:
-    """The built module of `arch_name` in the cache, or None."""
-    library, done = _paths(manifest().arches[arch_name])
+def _record(arch_name: str, emulated: bool) -> ArchRecord:
+    arch = manifest().arches[arch_name]
+    if emulated and arch.emulation is None:
+        raise ValueError(f"mxlogits: arch {arch_name}: expected an arch with an emulation record (instances.yaml), "
+                         f"found none: the host emulates {[a.name for a in manifest().arches.values() if a.emulation]}")
+    return arch
+
+
+def cached_library(arch_name: str, emulated: bool = False) -> Path | None:
+    """The built module of `arch_name` (its host emulation with `emulated`) in the cache, or None."""
+    library, done = _paths(_record(arch_name, emulated), emulated)
     return library if done.is_file() else None
 
 
-def built_library(arch_name: str) -> Path:
-    """Path of the built module of `arch_name`, building it (under a file lock) if JIT is on."""
+def built_library(arch_name: str, emulated: bool = False) -> Path:
+    """Path of the built module of `arch_name` (its host emulation with `emulated`), building it (under a
+    file lock) if JIT is on."""
     m = manifest()
-    arch = m.arches[arch_name]
-    _check_sanitizable(arch)
+    arch = _record(arch_name, emulated)
+    if not emulated:
+        _check_sanitizable(arch)
     # The cache is keyed by the manifest's hash of the sources, so the files are checked against it
     # before a cached module is taken too: an edited tree would otherwise load the unedited build.
     _verify_sources(arch, m.directory)
-    library, done = _paths(arch)
+    library, done = _paths(arch, emulated)
     if done.is_file():
         return library
     name, build_dir = library.stem, library.parent
@@ -193,24 +257,26 @@ def built_library(arch_name: str) -> Path:
             staging = build_dir.with_name(f"{name}.building")
             shutil.rmtree(staging, ignore_errors=True)  # what a killed build left
             staging.mkdir(parents=True)
-            _compile(arch, m.directory, name, staging)
+            _compile(arch, m.directory, name, staging, emulated)
             (staging / done.name).write_text(f"{library}\n")
             shutil.rmtree(build_dir, ignore_errors=True)  # a module of an older layout without its stamp
             staging.rename(build_dir)
     return library
 
 
-def load(arch_name: str) -> str:
-    """Load the module of `arch_name` into this process (once) and return its op namespace."""
-    ns = _loaded.get(arch_name)
+def load(arch_name: str, emulated: bool = False) -> str:
+    """Load the module of `arch_name` (its host emulation with `emulated`) into this process (once) and
+    return its op namespace."""
+    key = (arch_name, emulated)
+    ns = _loaded.get(key)
     if ns is None:
         with _lock:
-            ns = _loaded.get(arch_name)
+            ns = _loaded.get(key)
             if ns is None:
-                torch.ops.load_library(str(built_library(arch_name)))
-                ns = manifest().arches[arch_name].op_namespace
+                torch.ops.load_library(str(built_library(arch_name, emulated)))
+                ns = manifest().arches[arch_name].op_namespace + ("_emulated" if emulated else "")
                 _register_fakes(ns)
-                _loaded[arch_name] = ns
+                _loaded[key] = ns
     return ns
 
 

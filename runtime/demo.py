@@ -78,6 +78,7 @@ def run_case(title: str, scene: Scene, variant, device: torch.device, repeats: i
         "seconds": seconds,
         "plan_seconds": plan_seconds,
         "gflops": flops / seconds / 1e9,
+        "mcells": cells / seconds / 1e6,
         "max_err": float(err.max()) if err.numel() else 0.0,
         "bound_ratio": bound_ratio,
         "untouched": untouched,
@@ -103,7 +104,8 @@ def prefill_scene(device, seed: int = 2) -> Scene:
 
 def demo(device: torch.device) -> bool:
     arch = arch_of(device)
-    print(f"mxlogits demo on {device} (arch {arch}, {torch.get_num_threads()} host threads)")
+    how = f"arch {arch} through the host emulation" if device.type == "cpu" and arch != "cpu" else f"arch {arch}"
+    print(f"mxlogits demo on {device} ({how}, {torch.get_num_threads()} host threads)")
     grouped = [v for v in variants(arch) if v.q_per_block > 1]
     cases = [
         ("decode MTP=1", decode_scene(device), default_variant(arch)),
@@ -115,15 +117,16 @@ def demo(device: torch.device) -> bool:
     ]
     ok = True
     print(
-        f"{'case':16} {'variant':12} {'rows':>5} {'seqs':>4} {'cells':>9} {'plan':>9} {'op':>9} {'GFLOP/s':>8} "
-        f"{'max err':>9} {'err/bound':>9} {'top-2048':>13}"
+        f"{'case':16} {'variant':12} {'rows':>5} {'seqs':>4} {'cells':>9} {'plan':>9} {'op':>9} {'Mcells/s':>8} "
+        f"{'GFLOP/s':>8} {'max err':>9} {'err/bound':>9} {'top-2048':>13}"
     )
     for title, scene, variant in cases:
         r = run_case(title, scene, variant, device)
         ok &= r["ok"]
         print(
             f"{title:16} {r['variant'].name:12} {r['rows']:5} {r['seqs']:4} {r['cells']:9} "
-            f"{r['plan_seconds'] * 1e3:7.3f}ms {r['seconds'] * 1e3:7.2f}ms {r['gflops']:8.1f} {r['max_err']:9.2e} {r['bound_ratio']:9.1e} "
+            f"{r['plan_seconds'] * 1e3:7.3f}ms {r['seconds'] * 1e3:7.2f}ms {r['mcells']:8.2f} {r['gflops']:8.1f} "
+            f"{r['max_err']:9.2e} {r['bound_ratio']:9.1e} "
             f"{r['overlap_min']:6.4f}/{r['overlap_mean']:6.4f}"
             + ("" if r["untouched"] else "  CELLS OUTSIDE WINDOWS WRITTEN")
         )

@@ -24,6 +24,16 @@ class MqaLogitsVariant:
 
 
 @dataclass(frozen=True)
+class Emulation:
+    """The host emulation build of a hip arch (instances.yaml `emulation`)."""
+
+    wave: int
+    flags: tuple[str, ...]
+    macro: str  # defined, with MXLOGITS_EMULATE, by the emulation build
+    header: str  # under generated/: included first by every TU of that build
+
+
+@dataclass(frozen=True)
 class ArchRecord:
     name: str
     family: str  # host | cuda | hip
@@ -37,6 +47,7 @@ class ArchRecord:
     sources: tuple[str, ...]
     files: tuple[tuple[str, str], ...]  # (path under generated/, sha256)
     source_hash: str
+    emulation: Emulation | None  # a hip arch the host can emulate
 
 
 @dataclass(frozen=True)
@@ -96,6 +107,10 @@ def manifest() -> Manifest:
             sources=tuple(a["sources"]),
             files=tuple(sorted(a["files"].items())),
             source_hash=a["source_hash"],
+            emulation=a["emulation"]
+            and Emulation(
+                a["emulation"]["wave"], tuple(a["emulation"]["flags"]), a["emulation"]["macro"], a["emulation"]["header"]
+            ),
         )
         for name, a in doc["arches"].items()
     }

@@ -86,7 +86,7 @@ def pa_mqa_logits_mxfp4(
     for name, t in laid_out:
         check_layout(name, t, name, expected)
     v = plan.variant
-    module, buffers = ops(arch), plan.buffers
+    module, buffers = ops(arch, device), plan.buffers
     # Each argument by name (the op's schema, manifest.json), written out: a dict passed with ** would
     # cost the per-call path about as much again as the call's own argument handling.
     if out is None or plan.checked is not None:  # every C++ check, before an allocation or a host read

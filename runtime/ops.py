@@ -31,12 +31,14 @@ def _by_name(name: str, overload, args: tuple[str, ...]):
     return scope[name]
 
 
-_loaded: dict[str, ArchOps] = {}
+_loaded: dict[tuple[str, str], ArchOps] = {}  # (arch, device type): a plain dict, which torch.compile traces
 
 
-def ops(arch_name: str) -> ArchOps:
-    """The ops of `arch_name`'s module, loading (building) it on first use."""
-    found = _loaded.get(arch_name)
+def ops(arch_name: str, device: torch.device) -> ArchOps:
+    """The ops of the module that runs `arch_name` on `device`, loading (building) it on first use: on CPU
+    tensors a GPU arch runs its host emulation."""
+    found = _loaded.get((arch_name, device.type))
     if found is None:
-        found = _loaded[arch_name] = ArchOps(load(arch_name))
+        emulated = device.type == "cpu" and manifest().arches[arch_name].family != "host"
+        found = _loaded[(arch_name, device.type)] = ArchOps(load(arch_name, emulated))
     return found

@@ -109,7 +109,7 @@ def plan_buffers(
         count_arg(num_ctas, "num_ctas", 1)
     dev = normalize_device(device)
     v = resolve_variant(variant, arch_of(dev))
-    sizes = ops(v.arch).schedule_sizes(
+    sizes = ops(v.arch, dev).schedule_sizes(
         device=dev, num_rows=total_q, batch=batch, q_per_block=v.q_per_block, block_k=v.block_k, num_ctas=num_ctas or 0
     )
     ctas, records, scratch_len, _, record_ints, range_ints = sizes  # the row widths: the module's ABI
@@ -204,11 +204,11 @@ def plan(
     )
     checked = None
     if validate_enabled() if validate is None else validate:
-        ops(v.arch).check_schedule(**schedule)  # the checks the builder makes, so the host reads valid tensors
+        ops(v.arch, buffers.device).check_schedule(**schedule)  # the checks the builder makes, so the host reads valid tensors
         checked = check_plan(
             v.q_per_block, num_rows, batch, tensors["cu_seq_q"], local_ends, local_starts, row_to_batch
         )
-    ops(v.arch).build_schedule(**schedule)
+    ops(v.arch, buffers.device).build_schedule(**schedule)
     generation = None
     if not torch.compiler.is_compiling():
         buffers.plans.value += 1

@@ -1,16 +1,23 @@
 """Random MXFP4 inputs laid out as a serving stack would: keys scattered over shuffled pages
-of a fused page buffer, queries and weights per row. Used by the demo and the tests."""
+of a fused page buffer, queries and weights per row, in the layout of the device's arch. Used by the
+demo and the tests."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import torch
 
+from .arch import arch_of
+from .layouts import arch_layout, fused_views, layout_of, to_layout
 from .manifest import manifest
 from .mxfp4 import quantize_mxfp4
 from .paged_cache import fused_kv_cache, write_paged_kv
 from .plan import block_table_width
+
+LAID_OUT = ("q_scale", "kv_cache", "kv_scale")  # the tensors whose layout is the arch's
 
 
 @dataclass
@@ -44,6 +51,18 @@ class Scene:
         return dict(q=self.q, q_scale=self.q_scale, kv_cache=self.kv_cache, kv_scale=self.kv_scale,
                     block_tables=self.block_tables, weights=w)  # fmt: skip
 
+    @contextlib.contextmanager
+    def natural(self):
+        """q, q_scale, kv_cache and kv_scale in the natural layout, to edit by (row, head or token, block)
+        whatever the arch's layout; the edits are written back, in place, when the block ends."""
+        views = SimpleNamespace(q=self.q, **{k: to_layout(getattr(self, k), k, "natural") for k in LAID_OUT})
+        yield views
+        for kind in LAID_OUT:
+            mine = getattr(self, kind)
+            edited = to_layout(getattr(views, kind), kind, layout_of(mine, kind))
+            if edited is not mine:
+                mine.copy_(edited)
+
     def inputs(self, weights: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
         """named_inputs' values, in that order."""
         return tuple(self.named_inputs(weights).values())
@@ -64,8 +83,10 @@ def make_scene(
     g = torch.Generator().manual_seed(seed)
     max_seq_len = max([*contexts, 1]) if max_seq_len is None else max_seq_len
     width = block_table_width(max_seq_len, device=device)  # the widest variant of the device's arch
-    kv_cache, kv_scale, block_tables = _paged_keys(contexts, device, g, width=width)
+    layout = arch_layout(arch_of(device))
+    kv_cache, kv_scale, block_tables = _paged_keys(contexts, device, g, width=width, layout=layout)
     q, q_scale, weights = _queries(len(rows), device, g)
+    q_scale = to_layout(q_scale, "q_scale", layout)
     counts = [sum(1 for s, _, _ in rows if s == b) for b in range(len(contexts))]
     i32 = lambda values: torch.tensor(values, dtype=torch.int32, device=device)
     return Scene(
@@ -89,17 +110,19 @@ def _paged_keys(
     generator: torch.Generator,
     *,
     width: int,
+    layout: str,
     spare_pages: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(kv_cache, kv_scale, block_tables): sequence b holds contexts[b] random keys in shuffled
-    pages of one fused buffer (kv_cache/kv_scale are its views); block_tables is int32
+    pages of one fused buffer (kv_cache/kv_scale are its views in `layout`); block_tables is int32
     [len(contexts), width], unused columns 0."""
     page, d = manifest().page_size, manifest().head_dim
     pages_of = [-(-c // page) for c in contexts]
     num_pages = sum(pages_of) + spare_pages
     order = torch.randperm(num_pages, generator=generator)
     block_tables = torch.zeros((len(contexts), max(width, max(pages_of, default=0))), dtype=torch.int32)
-    _, kv_cache, kv_scale = fused_kv_cache(num_pages, device)
+    buffer, _, _ = fused_kv_cache(num_pages, device)
+    kv_cache, kv_scale = fused_views(buffer, layout)
     used = 0
     for b, (ctx, n) in enumerate(zip(contexts, pages_of)):
         block_tables[b, :n] = order[used : used + n]

@@ -6,16 +6,25 @@ from __future__ import annotations
 
 import mxlogits as mx
 import pytest
-from support.params import TABLE_ARCHES, arch_params, variant_params
+from support.params import (
+    EMULATED_ARCHES,
+    EMULATED_VARIANTS,
+    TABLE_ARCHES,
+    arch_params,
+    emulated_params,
+    unwrap,
+    variant_params,
+)
 
 
 # Every instance of the table is a param: those of an arch absent here are reported skipped, so the
-# suite that runs on an sm90 or gfx950 machine is visibly the one collected here.
-@pytest.fixture(params=variant_params(mx.variants()))
+# suite that runs on an sm90 or gfx950 machine is visibly the one collected here; the AMD ones also
+# run here through the host emulation.
+@pytest.fixture(params=variant_params(mx.variants()) + emulated_params(EMULATED_VARIANTS))
 def variant(request) -> mx.MqaLogitsVariant:
-    return request.param
+    return unwrap(request)
 
 
-@pytest.fixture(params=arch_params(TABLE_ARCHES))
+@pytest.fixture(params=arch_params(TABLE_ARCHES) + emulated_params(EMULATED_ARCHES))
 def arch(request) -> str:
-    return request.param
+    return unwrap(request)

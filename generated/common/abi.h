@@ -12,6 +12,17 @@
 #define MXL_HD
 #endif
 
+// A CTA's shared memory (LDS) object, and the launch's dynamic shared memory, spelled once for the
+// device passes and the host emulation of the AMD arches, which places both in the emulated CTA's
+// LDS (emulation/model.h). `type` is one name (an alias for an array type).
+#if defined(MXLOGITS_EMULATE)
+#define MXL_SHARED(type, name) type& name = ::mxlogits::emu::lds_static<type, struct name##_site>()
+#define MXL_DYNAMIC_SHARED(type, name) type* const name = ::mxlogits::emu::lds_dynamic<type>()
+#else
+#define MXL_SHARED(type, name) __shared__ type name
+#define MXL_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
+#endif
+
 namespace mxlogits {
 
 // Table parameters (instances.yaml `table`).

@@ -10,15 +10,22 @@
 namespace mxlogits::sched {
 
 inline constexpr int kSchedThreads = 512;
-// Scratch entries the builder stages in shared memory (200 KiB): every record's binary searches
-// over the tile tables then read on-chip instead of chasing global memory, which is most of
-// the plan's time. Larger plans use the scratch in global memory, with the same results.
-inline constexpr int64_t kStagedScratch = 200 * 1024 / sizeof(int64_t);
+// Scratch entries the builder stages in shared memory: every record's binary searches over the tile
+// tables then read on-chip instead of chasing global memory, which is most of the plan's time. At
+// most 200 KiB, and at most what a CTA of the arch may allocate (`shared_bytes`, its budget in
+// instances.yaml) beside the scans' partial sums: 160 KiB on gfx950, whose launch of more fails.
+// Larger plans use the scratch in global memory, with the same results.
+constexpr int64_t staged_scratch(int64_t shared_bytes) {
+  const int64_t fits = (shared_bytes - kSchedThreads * int64_t(sizeof(int64_t))) / int64_t(sizeof(int64_t));
+  return fits < 200 * 1024 / int64_t(sizeof(int64_t)) ? fits : 200 * 1024 / int64_t(sizeof(int64_t));
+}
 
-// Dynamic shared memory bytes the schedule launch asks for: the whole scratch, or none.
+// Dynamic shared memory bytes the schedule launch asks for, staging at most STAGED entries: the whole
+// scratch, or none.
+template <int64_t STAGED>
 MXL_HD inline int64_t staged_bytes(const SchedArgs& a, int q_per_block) {
   const int64_t len = scratch_len(a.num_rows, a.batch, q_per_block);
-  return len <= kStagedScratch ? len * int64_t(sizeof(int64_t)) : 0;
+  return len <= STAGED ? len * int64_t(sizeof(int64_t)) : 0;
 }
 
 // out[i] = f(0) + ... + f(i) for i in [0, n): each thread sums a contiguous slice, the slices'
@@ -44,13 +51,14 @@ __device__ inline void block_inclusive_scan(int64_t* out, int64_t n, int64_t* pa
   __syncthreads();  // the next phase reads what other threads wrote
 }
 
-// Launched as one block of kSchedThreads threads with staged_bytes() of dynamic shared memory at
-// `staged`; writes what build_schedule_host writes.
-template <int QPB, int BK>
+// Launched as one block of kSchedThreads threads with staged_bytes<STAGED>() of dynamic shared memory
+// at `staged`; writes what build_schedule_host writes.
+template <int QPB, int BK, int64_t STAGED>
 __device__ inline void build_schedule_block(const SchedArgs& global, int64_t* staged) {
-  __shared__ int64_t partial[kSchedThreads];
+  using Partial = int64_t[kSchedThreads];
+  MXL_SHARED(Partial, partial);
   const int tid = threadIdx.x;
-  const int64_t staged_len = staged_bytes(global, QPB) / int64_t(sizeof(int64_t));
+  const int64_t staged_len = staged_bytes<STAGED>(global, QPB) / int64_t(sizeof(int64_t));
   SchedArgs a = global;
   if (staged_len > 0) a.scratch = staged;
   if constexpr (QPB > 1) {

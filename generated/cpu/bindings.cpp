@@ -6,7 +6,13 @@
 
 #include "cpu/launcher.h"
 
-TORCH_LIBRARY(mxlogits_cpu, m) {
+#define MXL_OPS mxlogits_cpu
+#define MXL_DISPATCH_KEY CPU
+// TORCH_LIBRARY pastes its namespace argument: these expand the names first.
+#define MXL_LIBRARY(ns, m) TORCH_LIBRARY(ns, m)
+#define MXL_LIBRARY_IMPL(ns, key, m) TORCH_LIBRARY_IMPL(ns, key, m)
+
+MXL_LIBRARY(MXL_OPS, m) {
   m.def(
       "schedule_sizes(Device device, int num_rows, int batch, int q_per_block, int block_k, int num_ctas) -> int[]",
       &mxlogits::cpu::schedule_sizes);
@@ -28,7 +34,7 @@ TORCH_LIBRARY(mxlogits_cpu, m) {
       "int max_seq_len, int q_per_block, int block_k) -> ()");
 }
 
-TORCH_LIBRARY_IMPL(mxlogits_cpu, CPU, m) {
+MXL_LIBRARY_IMPL(MXL_OPS, MXL_DISPATCH_KEY, m) {
   m.impl("build_schedule", &mxlogits::cpu::build_schedule);
   m.impl("check_schedule", &mxlogits::cpu::check_schedule);
   m.impl("pa_mqa_logits_mxfp4", &mxlogits::cpu::pa_mqa_logits_mxfp4);

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "common/abi.h"
 
@@ -81,6 +82,80 @@ __device__ inline Accumulator mma(const AFragment& a, const BFragment& b, uint32
                                                                  /*reuse_a=*/false, /*reuse_b=*/false);
   Accumulator out;
   __builtin_memcpy(out.v, &d, sizeof out.v);
+  return out;
+}
+#elif defined(MXLOGITS_EMULATE_GFX1250)
+// Host definition: the instruction executed over the wave's 32 lanes from its register layouts as
+// AMD documents them, written apart from the lane maps above (the tests hold those maps to this).
+// Sources (docs/amd.md, "Sources of the emulated instructions"): @@WMMA_SOURCES@@
+struct WmmaScale32x16x128F4 {
+  static constexpr const char* kName = "v_wmma_scale_f32_32x16x128_f4";
+  struct In {
+    uint32_t a[16], b[8];
+    float c[16];
+    uint32_t a_scale, b_scale;
+    int c_mod, a_sel, a_fmt, b_sel, b_fmt;
+  };
+  struct Out {
+    float d[16];
+  };
+  static void run(const In* const* in, Out* const* out, int n) {
+    const In& i0 = *in[0];
+    if (i0.c_mod != 0 || i0.a_fmt != 0 || i0.b_fmt != 0) {
+      emu::cta().fail_here("%s: only E8M0 scales and an unmodified C are emulated, found a_fmt %d b_fmt %d c_mod %d",
+                           kName, i0.a_fmt, i0.b_fmt, i0.c_mod);
+      return;
+    }
+    // A is two 16 x 128 halves, VGPRs 0-7 rows 0-15 and 8-15 rows 16-31; B (128 x 16) is one. In a half,
+    // lane l holds row (column) l % 16, and VGPRs 4i .. 4i + 3 hold K block 2i + l / 16: 32 elements,
+    // eight to a VGPR, element e in its nibble e.
+    float a[4][32][32], b[4][32][16];  // [K block][row][k], [K block][k][column]
+    for (int l = 0; l < n; ++l) {
+      for (int v = 0; v < 16; ++v) {
+        const int row = 16 * (v / 8) + l % 16, kb = 2 * ((v % 8) / 4) + l / 16;
+        for (int e = 0; e < 8; ++e) a[kb][row][8 * (v % 4) + e] = emu::amdgcn::e2m1_at(&in[l]->a[v], e);
+      }
+      for (int v = 0; v < 8; ++v) {
+        const int kb = 2 * (v / 4) + l / 16;
+        for (int e = 0; e < 8; ++e) b[kb][8 * (v % 4) + e][l % 16] = emu::amdgcn::e2m1_at(&in[l]->b[v], e);
+      }
+    }
+    // Scales, byte j of a scale VGPR for K block j: row r of A from lane r (the select unused at 32 rows),
+    // column c of B from lane c (select 0) or lane 16 + c (select 1).
+    // D is 32 x 16: VGPR i of lane l holds row 16 (i / 8) + 8 (l / 16) + i % 8 of column l % 16. The scales
+    // apply to each block's dot product (exact), which add to C in double and round to fp32 once.
+    double d[32][16];
+    for (int l = 0; l < n; ++l) {
+      for (int i = 0; i < 16; ++i) d[16 * (i / 8) + 8 * (l / 16) + i % 8][l % 16] = in[l]->c[i];
+    }
+    for (int kb = 0; kb < 4; ++kb) {
+      float s[32][16];
+      emu::amdgcn::block_products(a[kb], b[kb], s);
+      for (int row = 0; row < 32; ++row) {
+        const double sa = emu::amdgcn::e8m0(emu::amdgcn::scale_byte(in[row]->a_scale, kb));
+        for (int col = 0; col < 16; ++col) {
+          const double sb = emu::amdgcn::e8m0(emu::amdgcn::scale_byte(in[16 * i0.b_sel + col]->b_scale, kb));
+          d[row][col] += double(s[row][col]) * (sa * sb);
+        }
+      }
+    }
+    for (int l = 0; l < n; ++l) {
+      for (int i = 0; i < 16; ++i) out[l]->d[i] = float(d[16 * (i / 8) + 8 * (l / 16) + i % 8][l % 16]);
+    }
+  }
+};
+
+template <int BSel>
+inline Accumulator mma(const AFragment& a, const BFragment& b, uint32_t a_scales, uint32_t b_scales) {
+  WmmaScale32x16x128F4::In in{};
+  std::memcpy(in.a, a.v, sizeof in.a);
+  std::memcpy(in.b, b.v, sizeof in.b);
+  in.a_scale = a_scales;
+  in.b_scale = b_scales;
+  in.b_sel = BSel;
+  const WmmaScale32x16x128F4::Out d = emu::wave_op<WmmaScale32x16x128F4>(in);
+  Accumulator out;
+  std::memcpy(out.v, d.d, sizeof out.v);
   return out;
 }
 #endif

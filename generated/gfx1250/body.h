@@ -30,7 +30,7 @@
 namespace mxlogits::gfx1250 {
 namespace body {
 
-#if defined(__HIP_DEVICE_COMPILE__) && defined(__gfx1250__)
+#if (defined(__HIP_DEVICE_COMPILE__) && defined(__gfx1250__)) || defined(MXLOGITS_EMULATE_GFX1250)
 // One row's operands for a record: its query heads as WMMA A fragments (32 heads each), their
 // scale VGPRs, and weight_scale * weights of the head each accumulator VGPR holds.
 template <class T>
@@ -153,8 +153,8 @@ __device__ void run_record(const KernelArgs& a, lds::Pages<T::STAGES>& sh, const
 
 template <class T>
 __global__ void __launch_bounds__(T::THREADS) logits_kernel(const KernelArgs a) {
-#if defined(__HIP_DEVICE_COMPILE__) && defined(__gfx1250__)
-  __shared__ lds::Pages<T::STAGES> sh;
+#if (defined(__HIP_DEVICE_COMPILE__) && defined(__gfx1250__)) || defined(MXLOGITS_EMULATE_GFX1250)
+  MXL_SHARED(lds::Pages<T::STAGES>, sh);
   const int wave = xlane::uniform(int(threadIdx.x) / atom::kLanes), lane = int(threadIdx.x) % atom::kLanes;
   const auto* cta_records = reinterpret_cast<const CtaRecord*>(a.cta_info);
   const CtaRange range = xlane::uniform_load(reinterpret_cast<const CtaRange*>(a.cta_ranges) + blockIdx.x);
@@ -182,30 +182,31 @@ LaunchStatus resident_ctas(K kernel, int threads, int bytes, int* count) {
       hipOccupancyMaxActiveBlocksPerMultiprocessor(count, reinterpret_cast<const void*>(kernel), threads, bytes));
 }
 
-template <int QPB, int BK>
+template <int QPB, int BK, int64_t STAGED>
 __global__ void __launch_bounds__(sched::kSchedThreads) schedule_kernel(const SchedArgs a) {
-#if defined(__HIP_DEVICE_COMPILE__) && defined(__gfx1250__)
-  extern __shared__ int64_t staged[];
-  sched::build_schedule_block<QPB, BK>(a, staged);
+#if (defined(__HIP_DEVICE_COMPILE__) && defined(__gfx1250__)) || defined(MXLOGITS_EMULATE_GFX1250)
+  MXL_DYNAMIC_SHARED(int64_t, staged);
+  sched::build_schedule_block<QPB, BK, STAGED>(a, staged);
 #endif
 }
 
 template <class T>
 LaunchStatus launch_schedule(const LaunchContext& ctx, const SchedArgs& args) {
-  const auto kernel = schedule_kernel<T::Q_PER_BLOCK, T::BLOCK_K>;
-  const int bytes = int(sched::staged_bytes(args, T::Q_PER_BLOCK));
+  constexpr int64_t kStaged = sched::staged_scratch(T::SHARED_BYTES);
+  const auto kernel = schedule_kernel<T::Q_PER_BLOCK, T::BLOCK_K, kStaged>;
+  const int bytes = int(sched::staged_bytes<kStaged>(args, T::Q_PER_BLOCK));
   const LaunchStatus allowed = status_of(hipFuncSetAttribute(reinterpret_cast<const void*>(kernel),
                                                                    hipFuncAttributeMaxDynamicSharedMemorySize, bytes));
   if (allowed.code != 0) return allowed;
-  kernel<<<1, sched::kSchedThreads, bytes, static_cast<hipStream_t>(ctx.stream)>>>(args);
+  hipLaunchKernelGGL(kernel, dim3(1), dim3(sched::kSchedThreads), bytes, static_cast<hipStream_t>(ctx.stream), args);
   return last_launch_status();
 }
 
 template <class T>
 LaunchStatus launch_logits(const LaunchContext& ctx, const KernelArgs& a) {
-  static_assert(sizeof(lds::Pages<T::STAGES>) <= T::LDS_BUDGET,
+  static_assert(sizeof(lds::Pages<T::STAGES>) <= T::SHARED_BYTES,
                 "instance exceeds the gfx1250 budget lds_bytes in instances.yaml");
-  body::logits_kernel<T><<<a.num_ctas, T::THREADS, 0, static_cast<hipStream_t>(ctx.stream)>>>(a);
+  hipLaunchKernelGGL(body::logits_kernel<T>, dim3(a.num_ctas), dim3(T::THREADS), 0, static_cast<hipStream_t>(ctx.stream), a);
   return last_launch_status();
 }
 

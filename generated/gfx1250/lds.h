@@ -49,7 +49,7 @@ MXL_HD inline uint32_t b_scales(const Stage& s, int pair, int lane) {
   return *reinterpret_cast<const uint32_t*>(s.scales + token * kRowScales);
 }
 
-#if defined(__HIP_DEVICE_COMPILE__) && defined(__gfx1250__)
+#if (defined(__HIP_DEVICE_COMPILE__) && defined(__gfx1250__)) || defined(MXLOGITS_EMULATE_GFX1250)
 // Every wave of the CTA is here, and what each wrote to LDS before is visible to all.
 __device__ inline void barrier() { __syncthreads(); }
 #endif

@@ -18,7 +18,7 @@ struct Traits : Instance, Tunables {
   static constexpr int SLICE_ROWS = kPageSize / WAVES;  // page rows each wave copies
   static constexpr int KV_ALIGN = 16;                 // tensor copies read 16-byte aligned pages
   static constexpr int Q_ALIGN = 16, Q_SCALE_ALIGN = 4;  // a query block is one 16-byte load, a head's scales one word
-  static constexpr int64_t LDS_BUDGET = 65536;
+  static constexpr int64_t SHARED_BYTES = 327680;  // LDS a workgroup may allocate
   static_assert(kHeadDim == 128, "one WMMA's K (128) covers a D row");
   static_assert(kHeads % 32 == 0 && kPageSize % 32 == 0, "whole WMMA tiles of heads and of token pairs");
   static_assert(kPageSize % WAVES == 0 && SLICE_ROWS % 2 == 0, "each wave copies whole 128-byte LDS lines");

@@ -33,6 +33,40 @@ __device__ inline T uniform_load(const T* p) {
   return v;
 }
 
+#elif defined(MXLOGITS_EMULATE_GFX1250)
+// Host definitions: the same operations executed by the emulation over the whole wave.
+
+// v_permlane16_swap_b32 vdst, vsrc on a wave32 (CDNA5 ISA, V_PERMLANE16_SWAP_B32; the CDNA4 ISA's
+// pseudocode, §12.8: lanes 0-15 of the second operand trade values with lanes 16-31 of the first;
+// LLVM's llvm.amdgcn.permlane16.swap returns {first, second} afterwards).
+struct Permlane16Swap {
+  static constexpr const char* kName = "v_permlane16_swap_b32";
+  struct In {
+    uint32_t vdst, vsrc;
+  };
+  using Out = In;
+  static void run(const In* const* in, Out* const* out, int n) {
+    for (int l = 0; l < n; ++l) *out[l] = *in[l];
+    for (int l = 0; l < 16; ++l) {
+      out[l]->vsrc = in[l + 16]->vdst;
+      out[l + 16]->vdst = in[l]->vsrc;
+    }
+  }
+};
+inline float pair_sum(float a, float b) {
+  const Permlane16Swap::In r =
+      emu::wave_op<Permlane16Swap>({__builtin_bit_cast(uint32_t, a), __builtin_bit_cast(uint32_t, b)});
+  return __builtin_bit_cast(float, r.vdst) + __builtin_bit_cast(float, r.vsrc);
+}
+
+inline int uniform(int v) { return emu::amdgcn::readfirstlane(v); }
+
+// The host emulation's: a scalar load the whole wave shares (emulation/amdgcn.h).
+template <class T>
+inline T uniform_load(const T* p) {
+  return emu::amdgcn::scalar_load(p);
+}
+
 #endif
 
 }  // namespace mxlogits::gfx1250::xlane

@@ -44,7 +44,7 @@ MXL_HD constexpr int acc_col(int lane) { return lane % kN; }
 
 // ---- the instruction ---------------------------------------------------------------------------
 
-// Device code of the gfx950 pass only (the maps above serve every compiler).
+// The gfx950 pass's, and the host emulation's (the maps above serve every compiler).
 #if defined(__HIP_DEVICE_COMPILE__) && defined(__gfx950__)
 inline constexpr int kFormatFp4 = 4;  // cbsz / blgp operand format code of E2M1
 
@@ -63,6 +63,77 @@ __device__ inline void mma(Acc& d, const Frag& a, uint32_t scale_a, const Frag& 
                                                      int(scale_b));
 #pragma unroll
   for (int i = 0; i < kAccRegs; ++i) d.v[i] = c[i];
+}
+#elif defined(MXLOGITS_EMULATE_GFX950)
+// Host definition: the instruction executed over the wave's 64 lanes from its register layouts as
+// AMD documents them, written apart from the lane maps above (the tests hold those maps to this).
+// Sources (docs/amd.md, "Sources of the emulated instructions"): @@MFMA_SOURCES@@
+struct MfmaScale32x32x64 {
+  static constexpr const char* kName = "v_mfma_scale_f32_32x32x64_f8f6f4";
+  static constexpr int kFp4 = 4;  // the cbsz / blgp code of E2M1
+  struct In {
+    uint32_t a[8], b[8];  // the 8 VGPRs of each source; E2M1 fills the first 4
+    float c[16];
+    uint32_t scale_a, scale_b;
+    int cbsz, blgp, opsel_a, opsel_b;
+  };
+  struct Out {
+    float d[16];
+  };
+  static void run(const In* const* in, Out* const* out, int n) {
+    const In& i0 = *in[0];
+    if (i0.cbsz != kFp4 || i0.blgp != kFp4) {
+      emu::cta().fail_here("%s: only E2M1 sources (cbsz = blgp = 4) are emulated, found cbsz %d blgp %d", kName, i0.cbsz,
+                           i0.blgp);
+      return;
+    }
+    // A is 32 x 64, B 64 x 32: lane l holds row (column) l % 32 of K block l / 32, element e of the
+    // block in nibble e of its four dwords, and that block's scale in byte op_sel of its scale VGPR.
+    float a[2][32][32], b[2][32][32];  // [K block][row][k], [K block][k][column]
+    double sa[32][2], sb[32][2];
+    for (int l = 0; l < n; ++l) {
+      const int rc = l % 32, kb = l / 32;
+      for (int e = 0; e < 32; ++e) {
+        a[kb][rc][e] = emu::amdgcn::e2m1_at(in[l]->a, e);
+        b[kb][e][rc] = emu::amdgcn::e2m1_at(in[l]->b, e);
+      }
+      sa[rc][kb] = emu::amdgcn::e8m0(emu::amdgcn::scale_byte(in[l]->scale_a, i0.opsel_a));
+      sb[rc][kb] = emu::amdgcn::e8m0(emu::amdgcn::scale_byte(in[l]->scale_b, i0.opsel_b));
+    }
+    // D is 32 x 32: VGPR r of lane l holds row 8 (r / 4) + 4 (l / 32) + r % 4 of column l % 32. The scales
+    // apply to each block's dot product (exact), which add to C in double and round to fp32 once.
+    double d[32][32];
+    for (int l = 0; l < n; ++l) {
+      for (int r = 0; r < 16; ++r) d[8 * (r / 4) + 4 * (l / 32) + r % 4][l % 32] = in[l]->c[r];
+    }
+    for (int kb = 0; kb < 2; ++kb) {
+      float s[32][32];
+      emu::amdgcn::block_products(a[kb], b[kb], s);
+      for (int row = 0; row < 32; ++row) {
+        for (int col = 0; col < 32; ++col) d[row][col] += double(s[row][col]) * (sa[row][kb] * sb[col][kb]);
+      }
+    }
+    for (int l = 0; l < n; ++l) {
+      for (int r = 0; r < 16; ++r) out[l]->d[r] = float(d[8 * (r / 4) + 4 * (l / 32) + r % 4][l % 32]);
+    }
+  }
+};
+
+template <int SelA, int SelB>
+inline void mma(Acc& d, const Frag& a, uint32_t scale_a, const Frag& b, uint32_t scale_b) {
+  MfmaScale32x32x64::In in{};
+  for (int i = 0; i < 4; ++i) {
+    in.a[i] = a.w[i];
+    in.b[i] = b.w[i];
+  }
+  for (int i = 0; i < kAccRegs; ++i) in.c[i] = d.v[i];
+  in.scale_a = scale_a;
+  in.scale_b = scale_b;
+  in.cbsz = in.blgp = MfmaScale32x32x64::kFp4;
+  in.opsel_a = SelA;
+  in.opsel_b = SelB;
+  const MfmaScale32x32x64::Out out = emu::wave_op<MfmaScale32x32x64>(in);
+  for (int i = 0; i < kAccRegs; ++i) d.v[i] = out.d[i];
 }
 #endif
 

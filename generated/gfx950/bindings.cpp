@@ -6,7 +6,20 @@
 
 #include "gfx950/launcher.h"
 
-TORCH_LIBRARY(mxlogits_gfx950, m) {
+// The host emulation's build registers its own namespace, for CPU tensors, so that it and the
+// device's module load into one process.
+#if defined(MXLOGITS_EMULATE)
+#define MXL_OPS mxlogits_gfx950_emulated
+#define MXL_DISPATCH_KEY CPU
+#else
+#define MXL_OPS mxlogits_gfx950
+#define MXL_DISPATCH_KEY CUDA
+#endif
+// TORCH_LIBRARY pastes its namespace argument: these expand the names first.
+#define MXL_LIBRARY(ns, m) TORCH_LIBRARY(ns, m)
+#define MXL_LIBRARY_IMPL(ns, key, m) TORCH_LIBRARY_IMPL(ns, key, m)
+
+MXL_LIBRARY(MXL_OPS, m) {
   m.def(
       "schedule_sizes(Device device, int num_rows, int batch, int q_per_block, int block_k, int num_ctas) -> int[]",
       &mxlogits::gfx950::schedule_sizes);
@@ -28,7 +41,7 @@ TORCH_LIBRARY(mxlogits_gfx950, m) {
       "int max_seq_len, int q_per_block, int block_k) -> ()");
 }
 
-TORCH_LIBRARY_IMPL(mxlogits_gfx950, CUDA, m) {
+MXL_LIBRARY_IMPL(MXL_OPS, MXL_DISPATCH_KEY, m) {
   m.impl("build_schedule", &mxlogits::gfx950::build_schedule);
   m.impl("check_schedule", &mxlogits::gfx950::check_schedule);
   m.impl("pa_mqa_logits_mxfp4", &mxlogits::gfx950::pa_mqa_logits_mxfp4);

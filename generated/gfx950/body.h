@@ -45,27 +45,28 @@ LaunchStatus resident_ctas(K kernel, int threads, int bytes, int* count) {
       hipOccupancyMaxActiveBlocksPerMultiprocessor(count, reinterpret_cast<const void*>(kernel), threads, bytes));
 }
 
-template <int QPB, int BK>
+template <int QPB, int BK, int64_t STAGED>
 __global__ void __launch_bounds__(sched::kSchedThreads) schedule_kernel(const SchedArgs a) {
-#if defined(__HIP_DEVICE_COMPILE__) && defined(__gfx950__)
-  extern __shared__ int64_t staged[];
-  sched::build_schedule_block<QPB, BK>(a, staged);
+#if (defined(__HIP_DEVICE_COMPILE__) && defined(__gfx950__)) || defined(MXLOGITS_EMULATE_GFX950)
+  MXL_DYNAMIC_SHARED(int64_t, staged);
+  sched::build_schedule_block<QPB, BK, STAGED>(a, staged);
 #endif
 }
 
 template <class T>
 LaunchStatus launch_schedule(const LaunchContext& ctx, const SchedArgs& args) {
-  const auto kernel = schedule_kernel<T::Q_PER_BLOCK, T::BLOCK_K>;
-  const int bytes = int(sched::staged_bytes(args, T::Q_PER_BLOCK));
+  constexpr int64_t kStaged = sched::staged_scratch(T::SHARED_BYTES);
+  const auto kernel = schedule_kernel<T::Q_PER_BLOCK, T::BLOCK_K, kStaged>;
+  const int bytes = int(sched::staged_bytes<kStaged>(args, T::Q_PER_BLOCK));
   const LaunchStatus allowed = status_of(hipFuncSetAttribute(reinterpret_cast<const void*>(kernel),
                                                                    hipFuncAttributeMaxDynamicSharedMemorySize, bytes));
   if (allowed.code != 0) return allowed;
-  kernel<<<1, sched::kSchedThreads, bytes, static_cast<hipStream_t>(ctx.stream)>>>(args);
+  hipLaunchKernelGGL(kernel, dim3(1), dim3(sched::kSchedThreads), bytes, static_cast<hipStream_t>(ctx.stream), args);
   return last_launch_status();
 }
 
 
-#if defined(__HIP_DEVICE_COMPILE__) && defined(__gfx950__)
+#if (defined(__HIP_DEVICE_COMPILE__) && defined(__gfx950__)) || defined(MXLOGITS_EMULATE_GFX950)
 namespace body {
 
 using namespace operands;
@@ -236,7 +237,7 @@ __device__ void run_records(const KernelArgs& a, int wave, int lane) {
 template <class T>
 __device__ void run(const KernelArgs& a) {
   const int lane = xlane::lane();
-  const int wave = __builtin_amdgcn_readfirstlane(int(threadIdx.x) / T::WAVE);
+  const int wave = xlane::uniform(int(threadIdx.x) / T::WAVE);
   if (a.weights_bf16) {
     run_records<T, true>(a, wave, lane);
   } else {
@@ -248,16 +249,15 @@ __device__ void run(const KernelArgs& a) {
 #endif
 
 template <class T>
-__global__ void __launch_bounds__(T::THREADS) __attribute__((amdgpu_waves_per_eu(T::MIN_WAVES)))
-logits_kernel(const KernelArgs a) {
-#if defined(__HIP_DEVICE_COMPILE__) && defined(__gfx950__)
+__global__ void __launch_bounds__(T::THREADS, T::MIN_WAVES) logits_kernel(const KernelArgs a) {
+#if (defined(__HIP_DEVICE_COMPILE__) && defined(__gfx950__)) || defined(MXLOGITS_EMULATE_GFX950)
   body::run<T>(a);
 #endif
 }
 
 template <class T>
 LaunchStatus launch_logits(const LaunchContext& ctx, const KernelArgs& a) {
-  logits_kernel<T><<<a.num_ctas, T::THREADS, 0, static_cast<hipStream_t>(ctx.stream)>>>(a);
+  hipLaunchKernelGGL(logits_kernel<T>, dim3(a.num_ctas), dim3(T::THREADS), 0, static_cast<hipStream_t>(ctx.stream), a);
   return last_launch_status();
 }
 

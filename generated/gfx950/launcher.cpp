@@ -3,10 +3,15 @@
 // (q_per_block, block_k). Rendered from one template for every arch; only traits and body
 // differ between arches.
 #include <c10/core/DeviceGuard.h>
+#if defined(MXLOGITS_EMULATE)
+// The host emulation's build: CPU tensors, CTAs over torch's host threads (docs/amd.md).
+#include <ATen/Parallel.h>
+#else
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
 #include <atomic>
+#endif
 
 #include <algorithm>
 #include <cstdio>
@@ -46,6 +51,12 @@ Text shape_of(at::IntArrayRef sizes) {
 // The caller's current stream on the tensors' device, and that device's SM count (read once
 // per device by torch). Every launch goes there: never to the legacy default stream.
 LaunchContext launch_context(c10::Device device) {
+#if defined(MXLOGITS_EMULATE)
+  (void)device;
+  thread_local emu::Stream stream;  // the emulated device: the host threads a launch's CTAs run on
+  stream.workers = at::get_num_threads();
+  return LaunchContext{&stream, -1, stream.workers};
+#else
   static std::atomic<int> sm_counts[64] = {};  // per device index, read once
   const int index = device.index();
   MXL_CHECK(index >= 0 && index < 64, "mxlogits[gfx950]: device index %d outside [0, 64)", index);
@@ -57,6 +68,7 @@ LaunchContext launch_context(c10::Device device) {
     sm_counts[index].store(sms, std::memory_order_relaxed);
   }
   return LaunchContext{c10::cuda::getCurrentCUDAStream(index).stream(), index, sms};
+#endif
 }
 
 void check_launch(const LaunchStatus& status, const char* what) {
@@ -398,6 +410,10 @@ void dispatch(int64_t q_per_block, int64_t block_k, F&& f) {
 // fewer multiprocessors the CTAs past one wave would run after the others, doubling the call.
 template <class T>
 int64_t default_grid(c10::Device device) {
+#if defined(MXLOGITS_EMULATE)
+  (void)device;
+  return T::CTA_RESIDENT;  // the emulation models no occupancy
+#else
   const c10::DeviceGuard guard(device);
   const LaunchContext ctx = launch_context(device);
   int per_sm = 0;
@@ -405,6 +421,7 @@ int64_t default_grid(c10::Device device) {
   MXL_CHECK(per_sm > 0, "mxlogits[gfx950] schedule_sizes: the logits kernel of (q_per_block, block_k) = "
             "(%d, %d) fits no multiprocessor of device %d", T::Q_PER_BLOCK, T::BLOCK_K, ctx.device);
   return std::min<int64_t>(T::CTA_RESIDENT, int64_t(per_sm) * ctx.sm_count);
+#endif
 }
 
 }  // namespace

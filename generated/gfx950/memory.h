@@ -4,10 +4,11 @@
 // range reads nothing (returns zeros) or writes nothing, so every load and store of the page
 // loop is issued unconditionally (an empty range stands for "not this page" or "no cell"), and
 // the compiler's vmcnt waits stay exact. Records, page ids and window bounds are wave-uniform
-// scalar loads; the query row is plain global loads. Device code of the gfx950 pass only.
+// scalar loads; the query row is plain global loads.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "gfx950/atom.h"
@@ -77,6 +78,54 @@ __device__ inline T uniform_load(const T* p) {
   T v;
   __builtin_memcpy(&v, words, sizeof v);
   return v;
+}
+
+#elif defined(MXLOGITS_EMULATE_GFX950)
+// Host definitions: buffer resources as the emulation keeps them, with the hardware's range check
+// (emulation/amdgcn.h); plain loads and stores as they are.
+using Buffer = emu::amdgcn::Buffer;
+inline constexpr uint32_t kRawBufferWord3 = 0x00020000;
+
+inline Buffer buffer(const void* p, uint32_t bytes) { return Buffer{static_cast<const uint8_t*>(p), bytes, kRawBufferWord3}; }
+
+inline atom::Frag load_frag(Buffer b, uint32_t offset, uint32_t uniform_offset = 0) {
+  atom::Frag f;
+  emu::amdgcn::buffer_load(b, offset, uniform_offset, &f, sizeof f);
+  return f;
+}
+
+template <int N>
+inline uint32_t load_word(Buffer b, uint32_t offset) {
+  static_assert(N == 1 || N == 2 || N == 4, "a word of 1, 2 or 4 bytes");
+  uint32_t w = 0;
+  emu::amdgcn::buffer_load(b, offset, 0, &w, N);
+  return w;
+}
+
+inline atom::Frag load_frag(const uint8_t* p) {
+  atom::Frag f;
+  std::memcpy(&f, p, sizeof f);
+  return f;
+}
+
+template <int N>
+inline uint32_t load_word(const uint8_t* p) {
+  static_assert(N == 1 || N == 2 || N == 4, "a word of 1, 2 or 4 bytes");
+  uint32_t w = 0;
+  std::memcpy(&w, p, N);
+  return w;
+}
+
+inline void store(Buffer b, uint32_t offset, float v) {
+  emu::amdgcn::buffer_store(b, offset, 0, &v, sizeof v);
+}
+
+inline void keep_order() {}
+
+// The host emulation's: a scalar load the whole wave shares (emulation/amdgcn.h).
+template <class T>
+inline T uniform_load(const T* p) {
+  return emu::amdgcn::scalar_load(p);
 }
 
 #endif

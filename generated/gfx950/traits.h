@@ -17,6 +17,7 @@ struct Traits : Instance, Tunables {
   static constexpr int MIN_WAVES = Tunables::waves_per_simd;  // the register allocation leaves room for them
   static constexpr int KV_ALIGN = 16;  // pages are read in 16-byte fragments
   static constexpr int Q_ALIGN = 1, Q_SCALE_ALIGN = 1;  // q and q_scale are read through memcpy (any address)
+  static constexpr int64_t SHARED_BYTES = 163840;  // LDS a workgroup may allocate
   static_assert(Instance::Q_PER_BLOCK == 1, "the gfx950 body reads one query row per tile");
   static_assert(THREADS <= 1024, "block_k of at most 16 pages");
 };

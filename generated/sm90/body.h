@@ -133,18 +133,19 @@ LaunchStatus resident_ctas(K kernel, int threads, int bytes, int* count) {
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(count, reinterpret_cast<const void*>(kernel), threads, bytes));
 }
 
-template <int QPB, int BK>
+template <int QPB, int BK, int64_t STAGED>
 __global__ void __launch_bounds__(sched::kSchedThreads) schedule_kernel(const SchedArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  extern __shared__ int64_t staged[];
-  sched::build_schedule_block<QPB, BK>(a, staged);
+  MXL_DYNAMIC_SHARED(int64_t, staged);
+  sched::build_schedule_block<QPB, BK, STAGED>(a, staged);
 #endif
 }
 
 template <class T>
 LaunchStatus launch_schedule(const LaunchContext& ctx, const SchedArgs& args) {
-  const auto kernel = schedule_kernel<T::Q_PER_BLOCK, T::BLOCK_K>;
-  const int bytes = int(sched::staged_bytes(args, T::Q_PER_BLOCK));
+  constexpr int64_t kStaged = sched::staged_scratch(T::SHARED_BYTES);
+  const auto kernel = schedule_kernel<T::Q_PER_BLOCK, T::BLOCK_K, kStaged>;
+  const int bytes = int(sched::staged_bytes<kStaged>(args, T::Q_PER_BLOCK));
   const LaunchStatus allowed = status_of(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
                                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   if (allowed.code != 0) return allowed;
@@ -159,7 +160,7 @@ inline constexpr int kLogitsBytes = sizeof(body::Shared<T>);
 // and before an occupancy query, which counts a kernel that is not allowed its bytes as fitting none.
 template <class T>
 LaunchStatus allow_logits_bytes() {
-  static_assert(kLogitsBytes<T> <= T::SMEM_BUDGET, "instance exceeds the sm90 budget smem_bytes in instances.yaml");
+  static_assert(kLogitsBytes<T> <= T::SHARED_BYTES, "instance exceeds the sm90 budget smem_bytes in instances.yaml");
   return status_of(
       cudaFuncSetAttribute(body::logits_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, kLogitsBytes<T>));
 }

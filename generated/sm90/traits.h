@@ -45,7 +45,7 @@ struct Traits : Instance, Tunables {
   static constexpr int ORDERED_PASSES = ISSUE_ORDER ? F16_PASSES - FIRST_ORDERED_PASS : 0;
   static constexpr int KV_ALIGN = 16;  // bulk copies need 16-byte aligned pages and strides
   static constexpr int Q_ALIGN = 16, Q_SCALE_ALIGN = 4;  // a query block is one 16-byte load, a head's scales one word
-  static constexpr int64_t SMEM_BUDGET = 232448;
+  static constexpr int64_t SHARED_BYTES = 232448;  // shared memory a CTA may opt into
   static_assert(N % N_PASS == 0 && N_PASS % kHeads == 0, "passes of whole query rows");
   static_assert(N_PASS <= 256, "pass_columns: a pass is one wgmma, at most 256 columns");
   static_assert(kHeadDim == 128 && kPageSize == 64, "the sm90 body is written for D = 128 and 64-token pages");

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import torch
 
+from ..arch import arch_of
+from ..layouts import NATURAL, arch_layout
 from .indexer import table_shape, variant_for
 from ..op import pa_mqa_logits_mxfp4
 from ..plan import MqaLogitsBuffers, MqaLogitsPlan, plan, plan_buffers
@@ -143,6 +145,13 @@ def fp8_fp4_paged_mqa_logits(
             f"(mxlogits.integrations.deepgemm), found {type(schedule_meta).__name__}"
         )
     q_fp4, q_sf = q
+    arch = arch_of(q_fp4.device)
+    if arch_layout(arch) != NATURAL:
+        raise ValueError(
+            f"mxlogits: kv_cache: DeepGEMM's FP4 page buffer and q_sf hold natural-layout scales, and {arch} reads "
+            f"the {arch_layout(arch)} layout: lay the cache out with mxlogits.fused_views(buffer, "
+            f"{arch_layout(arch)!r}) and call mxlogits.pa_mqa_logits_mxfp4"
+        )
     q_rows, q_scale = fp4_q_views(q_fp4, q_sf)
     b, n = q_fp4.shape[:2]
     if context_lens.shape[0] != b or schedule_meta.num_rows != b * n:

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from ..arch import arch_of
-from ..layouts import arch_layout, fused_views, gather_tokens, page_rows, scatter_tokens
+from ..layouts import arch_layout, fused_views, gather_tokens, page_rows, scatter_tokens, to_layout
 from ..manifest import MqaLogitsVariant, default_variant, manifest, variants
 from ..mxfp4 import quantize_mxfp4
 from ..op import pa_mqa_logits_mxfp4
@@ -204,11 +204,12 @@ class Indexer(torch.nn.Module):
         write_kv_in_graph(k, k_scale, batch.slot_mapping, *self.kv_views())
 
     def logits(self, q, q_scale, weights, batch: IndexerBatch) -> torch.Tensor:
-        """fp32 [T, max_seq_len]: the op over each row's window, -inf elsewhere."""
+        """fp32 [T, max_seq_len]: the op over each row's window, -inf elsewhere. q_scale in either layout
+        (project's is natural): it reaches the op in the layout of the cache's arch."""
         kv_cache, kv_scale = self.kv_views()
         return pa_mqa_logits_mxfp4(
             q,
-            q_scale,
+            to_layout(q_scale, "q_scale", arch_layout(arch_of(self.kv_buffer.device))),
             kv_cache,
             kv_scale,
             batch.block_tables,

@@ -30,7 +30,7 @@ def generated_copy(tmp_path, monkeypatch):
     manifest.cache_clear()  # the next reader sees the restored environment
 
 
-def _fake_compile(arch, directory, name, build_dir):
+def _fake_compile(arch, directory, name, build_dir, emulated):
     assert not any(build_dir.iterdir()), "the staging directory starts empty"
     (build_dir / f"{name}.so").write_bytes(b"a module")
 
@@ -45,7 +45,7 @@ def test_module_name_changes_with_the_device_compiler(monkeypatch):
 
 
 def test_a_build_that_dies_leaves_no_module_and_the_next_one_completes(cache, monkeypatch):
-    def killed(arch, directory, name, build_dir):
+    def killed(arch, directory, name, build_dir, emulated):
         (build_dir / f"{name}.so").write_bytes(b"half a module")
         raise KeyboardInterrupt  # the process is stopped mid-link
 

@@ -13,6 +13,7 @@ import re
 import mxlogits as mx
 import pytest
 import torch
+from mxlogits.manifest import manifest
 from support.cases import (
     assert_matches,
     cta_ranges_of,
@@ -179,13 +180,16 @@ def test_argument_errors_name_argument_expected_and_found(arch):
     v = mx.default_variant(arch)
     case = decode_case(3, v)
     p = make_plan(case, v)
+    shapes = manifest().layouts[manifest().arches[arch].scale_layout]  # [rows, 64, 4] in the natural layout
+    q_scale, kv_cache = (", ".join(map(str, shapes[k])) for k in ("q_scale", "kv_cache"))
+    half = ", ".join(map(str, (shapes["q_scale"][0] // 2, *shapes["q_scale"][1:])))
     bad = {
         "q": (case.q.float(), r"q: expected dtype uint8 or float4_e2m1fn_x2, found Float"),
         "q_scale": (
-            case.q_scale[:, :32],
-            r"q_scale: expected shape \[rows, 64, 4\] with contiguous inner dims, found shape \[3, 32, 4\]",
+            case.q_scale[:, : shapes["q_scale"][0] // 2],
+            rf"q_scale: expected shape \[rows, {q_scale}\] with contiguous inner dims, found shape \[3, {half}\]",
         ),
-        "kv_cache": (case.kv_cache.transpose(1, 2), r"kv_cache: expected shape \[rows, 64, 64\]"),
+        "kv_cache": (case.kv_cache.transpose(-1, -2), rf"kv_cache: expected shape \[rows, {kv_cache}\]"),
         "kv_scale": (case.kv_scale[:-1], r"kv_scale: expected \d+ pages \(those of kv_cache\), found \d+"),
         "weights": (case.weights.double(), r"weights: expected dtype float32 or bfloat16, found Double"),
         "block_tables": (case.block_tables.long(), r"block_tables: expected dtype int32, found Long"),
@@ -293,7 +297,7 @@ def test_devices_must_match(arch):
     message = rf"local_ends: expected a tensor on {dev} \(the buffers' device\), found meta"
     with pytest.raises(ValueError, match=message):
         mx.plan(case.cu_seq_q, case.local_ends.to("meta"), buffers=p.buffers)
-    if arch != "cpu":  # a GPU plan fed host windows, and a GPU launch with a host block table
+    if device_of(arch) != "cpu":  # a GPU plan fed host windows, and a GPU launch with a host block table
         with pytest.raises(ValueError, match=rf"local_ends: expected a tensor on {dev} .*found cpu"):
             mx.plan(case.cu_seq_q, case.local_ends.cpu(), buffers=p.buffers)
         args = case.named_inputs() | {"block_tables": case.block_tables.cpu()}
@@ -459,8 +463,8 @@ def test_a_plan_is_refused_once_its_buffers_are_planned_again(arch):
     v = mx.default_variant(arch)
     first, second = decode_case(4, v), make_case([70] * 4, [(i, 0, 70) for i in range(4)], v)
     buffers = mx.plan_buffers(device_of(arch), 4, 4, v)
-    p1 = mx.plan(None, first.local_ends, buffers=buffers, local_starts=first.local_starts)
-    p2 = mx.plan(None, second.local_ends, buffers=buffers, local_starts=second.local_starts)
+    p1 = mx.plan(first.cu_seq_q, first.local_ends, buffers=buffers, local_starts=first.local_starts)
+    p2 = mx.plan(second.cu_seq_q, second.local_ends, buffers=buffers, local_starts=second.local_starts)
     out = torch.full((4, first.max_seq_len), NEG_INF, device=device_of(arch))
     with pytest.raises(ValueError, match=r"plan: expected the newest plan of its buffers, found a stale one \(plan 1 "
                                          r"of these buffers, which now hold plan 2\)"):

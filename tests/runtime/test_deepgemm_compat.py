@@ -60,6 +60,9 @@ def windows(lens, next_n, two_d):
 @pytest.mark.parametrize("next_n", [1, 2])
 def test_adapter_matches_reference(variant, next_n, two_d):
     device = device_of(variant)
+    if mx.layouts.arch_layout(variant.arch) != "natural":
+        natural_layout_refused(variant.arch)
+        return
     contexts = [700, 0, 65, 1, 1500]  # a pad sequence (0) and a context shorter than next_n
     max_len = max(contexts) + 3  # a ragged width: cells past every window stay -inf
     dg_args, natural = dg_inputs(contexts, next_n, device, max_len=max_len, page_pad=64)
@@ -119,8 +122,20 @@ def test_errors_name_the_argument():
         call((q, q_sf), kv_cache.transpose(0, 1).contiguous().transpose(0, 1), weights, lens, block_table, meta, 100)
 
 
+def natural_layout_refused(arch: str) -> None:
+    """DeepGEMM's FP4 cache and q_sf are laid out naturally: an arch reading another layout refuses them."""
+    (q, q_sf, kv_cache, weights, block_table), _ = dg_inputs([100], 1, device_of(arch))
+    lens = torch.tensor([100], dtype=torch.int32, device=device_of(arch))
+    meta = dg.get_paged_mqa_logits_metadata(lens, PAGE, 132)
+    with pytest.raises(ValueError, match=rf"kv_cache: DeepGEMM's FP4 page buffer .* {arch} reads the mfma_permuted"):
+        dg.fp8_fp4_paged_mqa_logits((q, q_sf), kv_cache, weights, lens, block_table, meta, 100)
+
+
 def test_adapter_compiles_fullgraph(arch):
     device = device_of(arch)
+    if mx.layouts.arch_layout(arch) != "natural":
+        natural_layout_refused(arch)
+        return
     (q, q_sf, kv_cache, weights, block_table), _ = dg_inputs([300, 0, 129], 2, device)
     lens = torch.tensor([300, 0, 129], dtype=torch.int32, device=device)
     meta = dg.get_paged_mqa_logits_metadata(lens, PAGE, 132, next_n=2)

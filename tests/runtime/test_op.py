@@ -186,7 +186,8 @@ def poisoned_case(variant):
 
 def poison_kv_token(case, token: int) -> None:
     page = int(case.block_tables[0, token // 64])
-    case.kv_scale[page, token % 64, 2] = 255
+    with case.natural() as n:
+        n.kv_scale[page, token % 64, 2] = 255
 
 
 @pytest.mark.parametrize("token", [100, 0, 139])
@@ -212,7 +213,8 @@ def test_nan_control_token_in_no_window(variant):
 
 def test_nan_q_scale_poisons_its_row(variant):
     case = poisoned_case(variant)
-    case.q_scale[2, 17, 1] = 255
+    with case.natural() as n:
+        n.q_scale[2, 17, 1] = 255
     out = run_op(case, variant)
     assert torch.isnan(out[2, 50:130]).all()
     others = torch.ones(out.shape[0], dtype=torch.bool, device=out.device)
@@ -228,13 +230,14 @@ def far_apart_case(variant, side: str) -> Scene:
     rows = [(0, 0, 600), (0, 37, 500), (0, 64, 600), (0, 100, 580), (0, 5, 600), (0, 300, 600)]
     case = make_case([600], rows, variant, seed=23)
     pages = case.block_tables[0, :10].long()
-    if side == "kv":
-        odd = pages[1::2]
-        case.kv_scale[odd, :, 0] = (case.kv_scale[odd, :, 1:].amax(dim=-1) + 20).clamp(max=254)
-        case.q[:, :, :16] = 0
-    else:
-        case.q_scale[:, :, 0] = (case.q_scale[:, :, 1:].amax(dim=-1) + 20).clamp(max=254)
-        case.kv_cache[pages, :, :16] = 0
+    with case.natural() as n:
+        if side == "kv":
+            odd = pages[1::2]
+            n.kv_scale[odd, :, 0] = (n.kv_scale[odd, :, 1:].amax(dim=-1) + 20).clamp(max=254)
+            n.q[:, :, :16] = 0
+        else:
+            n.q_scale[:, :, 0] = (n.q_scale[:, :, 1:].amax(dim=-1) + 20).clamp(max=254)
+            n.kv_cache[pages, :, :16] = 0
     return case
 
 
@@ -256,13 +259,14 @@ def test_exact_path_in_some_tiles(variant, num_ctas):
     contexts = [300, 260, 200, 330, 150]
     rows = [(s, 0, n) for s, n in enumerate(contexts) for _ in range(3)]
     case = make_case(contexts, rows, variant, seed=31)
-    for seq in (0, 2):
-        pages = case.block_tables[seq, 1:(contexts[seq] + 63) // 64:2].long()
-        case.kv_scale[pages, :, 0] = (case.kv_scale[pages, :, 1:].amax(dim=-1) + 20).clamp(max=254)
-        case.q[3 * seq : 3 * seq + 3, :, :16] = 0
-    q4 = slice(12, 15)
-    case.q_scale[q4, :, 0] = (case.q_scale[q4, :, 1:].amax(dim=-1) + 20).clamp(max=254)
-    case.kv_cache[case.block_tables[4, :3].long(), :, :16] = 0
+    with case.natural() as n:
+        for seq in (0, 2):
+            pages = case.block_tables[seq, 1:(contexts[seq] + 63) // 64:2].long()
+            n.kv_scale[pages, :, 0] = (n.kv_scale[pages, :, 1:].amax(dim=-1) + 20).clamp(max=254)
+            n.q[3 * seq : 3 * seq + 3, :, :16] = 0
+        q4 = slice(12, 15)
+        n.q_scale[q4, :, 0] = (n.q_scale[q4, :, 1:].amax(dim=-1) + 20).clamp(max=254)
+        n.kv_cache[case.block_tables[4, :3].long(), :, :16] = 0
     assert_matches(run_op(case, variant, num_ctas=num_ctas), reference(case), variant)
 
 

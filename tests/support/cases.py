@@ -14,9 +14,9 @@ from .params import device_of
 
 
 def ops_of(arch: str):
-    """torch.ops.mxlogits_<arch>, the raw ops of the arch's module (loaded, built on first use)."""
-    mx.build.load(arch)
-    return getattr(torch.ops, f"mxlogits_{arch}")
+    """torch.ops.mxlogits_<arch> (_emulated while the test emulates it), the raw ops of the arch's module
+    (loaded, built on first use)."""
+    return getattr(torch.ops, mx.build.load(arch, emulated=arch != "cpu" and device_of(arch) == "cpu"))
 
 
 def raw_args(case: Scene, p: mx.MqaLogitsPlan, variant, out, **override) -> dict:

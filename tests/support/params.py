@@ -1,9 +1,12 @@
 """The arches and variants of the instance table, which of them run here, and their pytest params:
 every op test is parametrised over every instance of the table (GPU ones carry the gpu mark) and runs
 on the arches present on this machine: cpu, and the arch of the CUDA/HIP device when the table has
-one; the others are reported skipped with the reason."""
+one; the others are reported skipped with the reason. The AMD instances also run here through the
+host emulation (ids like gfx950-emulated-qlen1_kv64), wherever clang is installed."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import mxlogits as mx
 import pytest
@@ -31,9 +34,33 @@ GPU_VARIANTS = mx.variants(GPU_ARCH) if GPU_ARCH else ()
 PRESENT_VARIANTS = tuple(v for arch in PRESENT_ARCHES for v in mx.variants(arch))
 
 
+def _emulated_arches() -> list[str]:
+    """The AMD arches whose bodies run here through the host emulation: those with an emulation record,
+    when clang is installed (not in the sanitizer job, which checks the host arch)."""
+    if sanitize_enabled() or mx.build.emulation_compiler() is None:
+        return []
+    return [a for a in TABLE_ARCHES if manifest().arches[a].emulation]
+
+
+EMULATED_ARCHES = _emulated_arches()
+EMULATED_VARIANTS = tuple(v for arch in EMULATED_ARCHES for v in mx.variants(arch))
+
+
+@dataclasses.dataclass(frozen=True)
+class Emulated:
+    """A param whose test runs on CPU tensors through the host emulation of its arch."""
+
+    value: object  # a variant or an arch name
+
+    @property
+    def arch(self) -> str:
+        return self.value if isinstance(self.value, str) else self.value.arch
+
+
 def device_of(variant_or_arch) -> str:
+    """cpu for the cpu arch and for the arch the host emulates in this test, cuda for a GPU's."""
     arch = variant_or_arch if isinstance(variant_or_arch, str) else variant_or_arch.arch
-    return "cpu" if arch == "cpu" else "cuda"
+    return "cpu" if arch == "cpu" or arch == mx.emulated_arch() else "cuda"
 
 
 def variant_id(v: mx.MqaLogitsVariant) -> str:
@@ -63,6 +90,28 @@ def variant_params(variants=PRESENT_VARIANTS) -> list:
 
 def arch_params(arches=PRESENT_ARCHES) -> list:
     return [pytest.param(a, id=a, marks=_marks(a)) for a in arches]
+
+
+def emulated_params(values) -> list:
+    """pytest params running `values` (variants or arch names of EMULATED_ARCHES) through the host
+    emulation, ids like gfx950-emulated-qlen1_kv64 and gfx950-emulated: `-k "gfx950 and emulated"`
+    selects them. A fixture unwraps them with `unwrap`."""
+    return [
+        pytest.param(Emulated(v), id=f"{v}-emulated" if isinstance(v, str) else f"{v.arch}-emulated-{v.name}",
+                     marks=(pytest.mark.toolchain,))  # fmt: skip
+        for v in values
+    ]
+
+
+def unwrap(request):
+    """The param of a fixture's `request`; an Emulated one is unwrapped, its arch emulated until the test
+    ends."""
+    if not isinstance(request.param, Emulated):
+        return request.param
+    context = mx.emulate(request.param.arch)
+    context.__enter__()
+    request.addfinalizer(lambda: context.__exit__(None, None, None))
+    return request.param.value
 
 
 def variant_with(arch: str, predicate, what: str) -> mx.MqaLogitsVariant:

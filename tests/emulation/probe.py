@@ -1,0 +1,64 @@
+"""Build and run tests/emulation/probe.cpp: single AMD instructions executed by the host emulation, one
+wave per case, for the instruction tests. Each arch's probe is compiled once per test session, with the
+flags of that arch's emulation build (instances.yaml `emulation`)."""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mxlogits.build import build_flags, emulation_compiler
+from mxlogits.manifest import manifest
+
+PROBE = Path(__file__).with_name("probe.cpp")
+
+needs_clang = pytest.mark.skipif(emulation_compiler() is None, reason="the host emulation builds with clang (clang++-22)")
+
+
+@functools.cache
+def _binary(arch: str) -> Path:
+    record = manifest().arches[arch]
+    out = Path(tempfile.mkdtemp(prefix=f"mxlogits-probe-{arch}-")) / "probe"
+    command = [emulation_compiler(), *build_flags(record, emulated=True), "-std=c++17", "-I",
+               str(manifest().directory), str(PROBE), "-o", str(out), "-pthread"]  # fmt: skip
+    run = subprocess.run(command, capture_output=True, text=True)
+    assert run.returncode == 0, f"building the {arch} probe failed:\n$ {' '.join(command)}\n{run.stderr}"
+    return out
+
+
+def run(arch: str, instruction: str, inputs: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
+    """Executes `instruction` on every case of `inputs` ([cases, lanes] of its In record); returns
+    [cases, lanes] of out_dtype."""
+    cases = inputs.shape[0]
+    done = subprocess.run([str(_binary(arch)), instruction, str(cases)], input=inputs.tobytes(), capture_output=True)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr.decode())
+    return np.frombuffer(done.stdout, dtype=out_dtype).reshape(cases, inputs.shape[1])
+
+
+def run_raw(arch: str, instruction: str, argument: int, data: bytes) -> bytes:
+    done = subprocess.run([str(_binary(arch)), instruction, str(argument)], input=data, capture_output=True)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr.decode())
+    return done.stdout
+
+
+# E2M1 codes (OCP MX v1.0): 0..7 the magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6; bit 3 the sign.
+E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], dtype=np.float64)
+ONE, SIX, MINUS_SIX, MINUS_ZERO = 2, 7, 15, 8
+
+
+def e8m0(byte: np.ndarray) -> np.ndarray:
+    """2^(byte - 127), NaN at 255 (OCP MX v1.0 E8M0)."""
+    byte = np.asarray(byte, dtype=np.int64)
+    return np.where(byte == 255, np.nan, np.ldexp(1.0, byte - 127))
+
+
+def pack_nibbles(codes: np.ndarray) -> np.ndarray:
+    """[..., 8 * n] E2M1 codes -> [..., n] uint32: element e in bits [4 (e % 8), 4 (e % 8) + 4) of dword e // 8."""
+    c = codes.astype(np.uint32).reshape(*codes.shape[:-1], -1, 8)
+    return (c << (4 * np.arange(8, dtype=np.uint32))).sum(axis=-1, dtype=np.uint32)
