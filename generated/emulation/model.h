@@ -258,7 +258,6 @@ class Cta {
 inline Cta& cta() { return *tl_cta; }
 inline unsigned thread_index() { return tl_fiber->thread; }
 inline int lane() { return int(tl_fiber->thread) % tl_cta->wave_width(); }
-inline int wave_of(const Fiber& f) { return int(f.thread) / tl_cta->wave_width(); }
 
 // Stops the launch with an error naming the CTA (from a lane: that lane is never resumed).
 [[noreturn]] inline void fail(const char* format, ...) __attribute__((format(printf, 1, 2)));

@@ -104,6 +104,48 @@ void describe(long pad) {
 }
 #endif
 
+// The execution model's own rules, case by case (stdout or the launch's error on stderr): 0, half the
+// wave at one wave operation and half at another; 1, lane 0 gone while the rest wait at one; 2, a
+// scalar operand that differs between lanes; 3, a static LDS object larger than the CTA's LDS; 4, two
+// waves exchanging values through LDS across the barrier (stdout: what each thread read).
+void model_case(long which) {
+  const unsigned threads = 2u * unsigned(emu::kTarget.wave);
+  std::vector<int32_t> read(threads);
+  run_cta(threads, [&] {
+    const int lane = emu::lane();
+    switch (which) {
+      case 0:
+        if (lane < emu::kTarget.wave / 2) {
+          emu::amdgcn::readfirstlane(lane);
+        } else {
+          emu::amdgcn::readlane(lane, 0);
+        }
+        break;
+      case 1:
+        if (lane != 0) emu::amdgcn::readfirstlane(lane);
+        break;
+      case 2:
+        emu::amdgcn::readlane(lane, lane);
+        break;
+      case 3: {
+        using Huge = char[1 << 20];
+        emu::lds_static<Huge, struct probe_huge_site>()[0] = 1;
+        break;
+      }
+      case 4: {
+        using Slots = int32_t[2048];
+        auto& slots = emu::lds_static<Slots, struct probe_slots_site>();
+        const unsigned t = threadIdx.x;
+        slots[t] = int32_t(1000 + t);
+        __syncthreads();
+        read[t] = slots[(t + emu::kTarget.wave) % threads];  // the other wave's
+        break;
+      }
+    }
+  });
+  std::fwrite(read.data(), sizeof(int32_t), read.size(), stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -122,6 +164,7 @@ int main(int argc, char** argv) {
   if (op == "tensor_copy") return tensor_copy(n), 0;
   if (op == "describe") return describe(n), 0;
 #endif
+  if (op == "model") return model_case(n), 0;
   if (op == "readlane") return wave_cases<emu::amdgcn::ReadLane>(n), 0;
   if (op == "readfirstlane") return wave_cases<emu::amdgcn::ReadFirstLane>(n), 0;
   std::fprintf(stderr, "probe: no instruction %s\n", op.c_str());
