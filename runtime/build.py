@@ -82,7 +82,8 @@ def build_flags(arch: ArchRecord, emulated: bool = False) -> list[str]:
     the emulation record's flags, the macros that select that pass and its header, included first."""
     if emulated:
         header = str(manifest().directory / arch.emulation.header)
-        return [*arch.emulation.flags, "-x", "c++", "-DMXLOGITS_EMULATE", f"-D{arch.emulation.macro}", "-include", header]
+        macros = ["-DMXLOGITS_EMULATE", f"-D{arch.emulation.macro}"]
+        return [*arch.emulation.flags, "-x", "c++", *macros, "-include", header]
     return [*arch.flags, *(arch.sanitize_flags if sanitize_enabled() else ())]
 
 

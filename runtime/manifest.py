@@ -89,6 +89,12 @@ def generated_dir() -> Path:
     )
 
 
+def _emulation(record: dict | None) -> Emulation | None:
+    if record is None:
+        return None
+    return Emulation(record["wave"], tuple(record["flags"]), record["macro"], record["header"])
+
+
 @functools.cache
 def manifest() -> Manifest:
     directory = generated_dir()
@@ -107,10 +113,7 @@ def manifest() -> Manifest:
             sources=tuple(a["sources"]),
             files=tuple(sorted(a["files"].items())),
             source_hash=a["source_hash"],
-            emulation=a["emulation"]
-            and Emulation(
-                a["emulation"]["wave"], tuple(a["emulation"]["flags"]), a["emulation"]["macro"], a["emulation"]["header"]
-            ),
+            emulation=_emulation(a["emulation"]),
         )
         for name, a in doc["arches"].items()
     }

@@ -204,7 +204,8 @@ def plan(
     )
     checked = None
     if validate_enabled() if validate is None else validate:
-        ops(v.arch, buffers.device).check_schedule(**schedule)  # the checks the builder makes, so the host reads valid tensors
+        # the checks the builder makes, so the host reads valid tensors
+        ops(v.arch, buffers.device).check_schedule(**schedule)
         checked = check_plan(
             v.q_per_block, num_rows, batch, tensors["cu_seq_q"], local_ends, local_starts, row_to_batch
         )

@@ -45,8 +45,8 @@ inline void block_products(const float (&a)[R][32], const float (&b)[32][C], flo
 
 // ---- wave-wide reads ---------------------------------------------------------------------------------
 
-// v_readfirstlane_b32: the value of the first active lane, to every lane; every lane of an emulated
-// wave is active, so lane 0's.
+// v_readfirstlane_b32 (CDNA4 ISA §12.8): the value of the first active lane, to every lane; every lane of
+// an emulated wave is active, so lane 0's.
 struct ReadFirstLane {
   static constexpr const char* kName = "v_readfirstlane_b32";
   using In = int32_t;
@@ -57,7 +57,8 @@ struct ReadFirstLane {
 };
 inline int32_t readfirstlane(int32_t v) { return wave_op<ReadFirstLane>(v); }
 
-// v_readlane_b32: the value of the lane a scalar operand names, to every lane.
+// v_readlane_b32 (CDNA4 ISA §12.8; CDNA5 ISA §7.2.1: the select's upper bits ignored): the value of the lane
+// a scalar operand names, to every lane.
 struct ReadLane {
   static constexpr const char* kName = "v_readlane_b32";
   struct In {
@@ -72,7 +73,8 @@ struct ReadLane {
 };
 inline int32_t readlane(int32_t v, int32_t lane) { return wave_op<ReadLane>({v, lane}); }
 
-// s_load_dword*: a load through the scalar cache at an address the whole wave shares (an SGPR pair).
+// s_load_dword* (CDNA4 ISA, scalar memory): a load through the scalar cache at an address the whole wave
+// shares (an SGPR pair).
 template <class T>
 struct ScalarLoad {
   static constexpr const char* kName = "s_load (a wave-uniform load)";

@@ -87,7 +87,11 @@ __device__ inline Accumulator mma(const AFragment& a, const BFragment& b, uint32
 #elif defined(MXLOGITS_EMULATE_GFX1250)
 // Host definition: the instruction executed over the wave's 32 lanes from its register layouts as
 // AMD documents them, written apart from the lane maps above (the tests hold those maps to this).
-// Sources (docs/amd.md, "Sources of the emulated instructions"): @@WMMA_SOURCES@@
+// Sources: AMD's CDNA5 ISA reference, §7.12.2 (the 4-bit 16x128 A and B tables; a 32x128 A is two of them in
+// consecutive VGPRs; the 32x16 f32 D), §7.12.6.2 (block scales: A's row r in lane r, its select unused at 32
+// rows; B's column n in lane n or 16 + n by the select; format 0 E8M0, 255 NaN); clang's
+// BuiltinsAMDGPU.def (argument order). Cross-checked with AMD's FlyDSL gfx1250 MXFP4 GEMM and aiter's
+// gfx1250 MXFP4 kernel. The table: docs/amd.md.
 struct WmmaScale32x16x128F4 {
   static constexpr const char* kName = "v_wmma_scale_f32_32x16x128_f4";
   struct In {

@@ -67,7 +67,11 @@ __device__ inline void mma(Acc& d, const Frag& a, uint32_t scale_a, const Frag& 
 #elif defined(MXLOGITS_EMULATE_GFX950)
 // Host definition: the instruction executed over the wave's 64 lanes from its register layouts as
 // AMD documents them, written apart from the lane maps above (the tests hold those maps to this).
-// Sources (docs/amd.md, "Sources of the emulated instructions"): @@MFMA_SOURCES@@
+// Sources: AMD's CDNA4 ISA reference, §7.1.4 and §7.1.5.1 (A and B of a 32x32x64 FP4 op: lane and item of
+// each element; E2M1 in the first 4 of its 8 VGPRs), §7.1.3.1 (D), §7.2 and §7.2.1 (E8M0 scales, 255 NaN,
+// applied after each block's dot product; op_sel picks the byte of each lane's scale VGPR), §7.1.5 (RNE,
+// denormals kept); clang's BuiltinsAMDGPU.def (argument order). Cross-checked with the FP4 kernel of AMD's
+// "Matrix Core Programming on CDNA3 and CDNA4" (MI355). The table: docs/amd.md.
 struct MfmaScale32x32x64 {
   static constexpr const char* kName = "v_mfma_scale_f32_32x32x64_f8f6f4";
   static constexpr int kFp4 = 4;  // the cbsz / blgp code of E2M1

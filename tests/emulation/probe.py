@@ -16,7 +16,9 @@ from mxlogits.manifest import manifest
 
 PROBE = Path(__file__).with_name("probe.cpp")
 
-needs_clang = pytest.mark.skipif(emulation_compiler() is None, reason="the host emulation builds with clang (clang++-22)")
+needs_clang = pytest.mark.skipif(
+    emulation_compiler() is None, reason="the host emulation builds with clang (clang++-22)"
+)
 
 
 @functools.cache
@@ -62,3 +64,42 @@ def pack_nibbles(codes: np.ndarray) -> np.ndarray:
     """[..., 8 * n] E2M1 codes -> [..., n] uint32: element e in bits [4 (e % 8), 4 (e % 8) + 4) of dword e // 8."""
     c = codes.astype(np.uint32).reshape(*codes.shape[:-1], -1, 8)
     return (c << (4 * np.arange(8, dtype=np.uint32))).sum(axis=-1, dtype=np.uint32)
+
+
+def scaled_product(a, b, sa, sb, c=None):
+    """What a scaled fp4 matrix instruction computes, per the AMD documents: D = C + sum over 32-element K
+    blocks kb of (A . B on the block) x 2^(sa[row, kb] - 127) x 2^(sb[column, kb] - 127), rounded to float32
+    once. a [cases, M, K] and b [cases, K, N] E2M1 codes, sa [cases, M, K/32], sb [cases, N, K/32]."""
+    av, bv = E2M1[a], E2M1[b]
+    d = np.zeros((a.shape[0], a.shape[1], b.shape[2])) if c is None else c.astype(np.float64).copy()
+    for kb in range(a.shape[2] // 32):
+        blk = slice(32 * kb, 32 * kb + 32)
+        dot = np.einsum("cik,ckj->cij", av[:, :, blk], bv[:, blk, :])
+        d = d + dot * e8m0(sa[:, :, kb])[:, :, None] * e8m0(sb[:, :, kb])[:, None, :]
+    return d.astype(np.float32)
+
+
+def one_hot_a(m: int, k: int, n: int):
+    """A case per (row, k) of an m x k A: A 1.0 there alone (one nibble of one VGPR of one lane), B 1.0 on
+    row k alone. Returns (a, b, the D each case must give: 1.0 on that row, every column)."""
+    rows, ks = (x.ravel() for x in np.meshgrid(np.arange(m), np.arange(k), indexing="ij"))
+    cases = np.arange(rows.size)
+    a, b = np.zeros((rows.size, m, k), dtype=np.int64), np.zeros((rows.size, k, n), dtype=np.int64)
+    a[cases, rows, ks] = ONE
+    b[cases, ks, :] = ONE
+    want = np.zeros((rows.size, m, n), dtype=np.float32)
+    want[cases, rows, :] = 1.0
+    return a, b, want
+
+
+def one_hot_b(m: int, k: int, n: int):
+    """A case per (k, column) of a k x n B: B 1.0 there alone, A 1.0 on column k alone. Returns (a, b, the D
+    each case must give: 1.0 on that column, every row)."""
+    ks, cols = (x.ravel() for x in np.meshgrid(np.arange(k), np.arange(n), indexing="ij"))
+    cases = np.arange(ks.size)
+    a, b = np.zeros((ks.size, m, k), dtype=np.int64), np.zeros((ks.size, k, n), dtype=np.int64)
+    b[cases, ks, cols] = ONE
+    a[cases, :, ks] = ONE
+    want = np.zeros((ks.size, m, n), dtype=np.float32)
+    want[cases, :, cols] = 1.0
+    return a, b, want

@@ -25,7 +25,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from .probe import E2M1, MINUS_SIX, MINUS_ZERO, ONE, SIX, e8m0, needs_clang, pack_nibbles, run, run_raw
+from .probe import (
+    MINUS_SIX,
+    MINUS_ZERO,
+    ONE,
+    SIX,
+    needs_clang,
+    one_hot_a,
+    one_hot_b,
+    pack_nibbles,
+    run,
+    run_raw,
+    scaled_product,
+)
 
 pytestmark = [needs_clang, pytest.mark.toolchain]
 
@@ -78,44 +90,15 @@ def d_position():
     return n + 16 * ((r % 16) // 8), 8 * (r // 16) + r % 8
 
 
-def expected(a, b, sa, sb, c=None):
-    av, bv = E2M1[a], E2M1[b]
-    d = np.zeros((a.shape[0], 32, 16)) if c is None else c.astype(np.float64).copy()
-    for kb in range(4):
-        blk = slice(32 * kb, 32 * kb + 32)
-        dot = np.einsum("crk,ckn->crn", av[:, :, blk], bv[:, blk, :])
-        d = d + dot * e8m0(sa[:, :, kb])[:, :, None] * e8m0(sb[:, :, kb])[:, None, :]
-    return d.astype(np.float32)
-
-
 def unit(cases):
     return np.full((cases, 32, 4), 127), np.full((cases, 16, 4), 127)
 
 
-def test_a_one_hot_per_lane_and_register():
-    rows, ks = np.meshgrid(LANES, np.arange(128), indexing="ij")
-    rows, ks = rows.ravel(), ks.ravel()
-    cases = rows.size
-    a = np.zeros((cases, 32, 128), dtype=np.int64)
-    b = np.zeros((cases, 128, 16), dtype=np.int64)
-    a[np.arange(cases), rows, ks] = ONE
-    b[np.arange(cases), ks, :] = ONE
-    want = np.zeros((cases, 32, 16), dtype=np.float32)
-    want[np.arange(cases), rows, :] = 1.0
-    np.testing.assert_array_equal(wmma(a, b, *unit(cases)), want)
-
-
-def test_b_one_hot_per_lane_and_register():
-    ks, cols = np.meshgrid(np.arange(128), np.arange(16), indexing="ij")
-    ks, cols = ks.ravel(), cols.ravel()
-    cases = ks.size
-    a = np.zeros((cases, 32, 128), dtype=np.int64)
-    b = np.zeros((cases, 128, 16), dtype=np.int64)
-    b[np.arange(cases), ks, cols] = ONE
-    a[np.arange(cases), :, ks] = ONE
-    want = np.zeros((cases, 32, 16), dtype=np.float32)
-    want[np.arange(cases), :, cols] = 1.0
-    np.testing.assert_array_equal(wmma(a, b, *unit(cases)), want)
+@pytest.mark.parametrize("one_hot", [one_hot_a, one_hot_b], ids=["a", "b"])
+def test_one_hot_per_lane_and_register(one_hot):
+    """Every nibble of every VGPR of every lane of A (B) alone at 1.0, against a B (A) that picks its k."""
+    a, b, want = one_hot(32, 128, 16)
+    np.testing.assert_array_equal(wmma(a, b, *unit(a.shape[0])), want)
 
 
 @pytest.mark.parametrize("lane", [0, 15, 16, 31])
@@ -138,10 +121,10 @@ def test_the_two_k_readings_differ_only_under_block_scales():
     rng = np.random.default_rng(3)
     a, b = rng.integers(0, 16, (1, 32, 128)), rng.integers(0, 16, (1, 128, 16))
     uniform = unit(1)
-    assert np.array_equal(wmma(a, b, *uniform, contiguous_halves=True), expected(a, b, *uniform))
+    assert np.array_equal(wmma(a, b, *uniform, contiguous_halves=True), scaled_product(a, b, *uniform))
     sa, sb = rng.integers(120, 134, (1, 32, 4)), rng.integers(120, 134, (1, 16, 4))
-    assert np.array_equal(wmma(a, b, sa, sb), expected(a, b, sa, sb))
-    assert not np.array_equal(wmma(a, b, sa, sb, contiguous_halves=True), expected(a, b, sa, sb))
+    assert np.array_equal(wmma(a, b, sa, sb), scaled_product(a, b, sa, sb))
+    assert not np.array_equal(wmma(a, b, sa, sb, contiguous_halves=True), scaled_product(a, b, sa, sb))
 
 
 @pytest.mark.parametrize("b_sel", [0, 1])
@@ -150,7 +133,7 @@ def test_scale_bytes_and_b_select(b_sel):
     rng = np.random.default_rng(b_sel)
     a, b = rng.integers(0, 16, (1, 32, 128)), rng.integers(0, 16, (1, 128, 16))
     sa, sb = rng.integers(116, 139, (1, 32, 4)), rng.integers(116, 139, (1, 16, 4))
-    np.testing.assert_array_equal(wmma(a, b, sa, sb, b_sel=b_sel), expected(a, b, sa, sb))
+    np.testing.assert_array_equal(wmma(a, b, sa, sb, b_sel=b_sel), scaled_product(a, b, sa, sb))
 
 
 def test_nan_scale_poisons_exactly_its_dot_products():
@@ -181,7 +164,7 @@ def test_random_operands_scales_and_accumulator():
     a, b = rng.integers(0, 16, (cases, 32, 128)), rng.integers(0, 16, (cases, 128, 16))
     sa, sb = rng.integers(100, 150, (cases, 32, 4)), rng.integers(100, 150, (cases, 16, 4))
     c = rng.standard_normal((cases, 32, 16)).astype(np.float32)
-    np.testing.assert_array_equal(wmma(a, b, sa, sb, c, b_sel=1), expected(a, b, sa, sb, c))
+    np.testing.assert_array_equal(wmma(a, b, sa, sb, c, b_sel=1), scaled_product(a, b, sa, sb, c))
 
 
 def test_permlane16_swap():

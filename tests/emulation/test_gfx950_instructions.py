@@ -18,7 +18,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from .probe import E2M1, MINUS_SIX, MINUS_ZERO, ONE, SIX, e8m0, needs_clang, pack_nibbles, run
+from .probe import (
+    E2M1,
+    MINUS_SIX,
+    MINUS_ZERO,
+    ONE,
+    SIX,
+    needs_clang,
+    one_hot_a,
+    one_hot_b,
+    pack_nibbles,
+    run,
+    scaled_product,
+)
 
 pytestmark = [needs_clang, pytest.mark.toolchain]
 
@@ -62,49 +74,15 @@ def d_position():
     return j + 32 * ((i // 4) % 2), 4 * (i // 8) + i % 4
 
 
-def expected(a, b, sa, sb, c=None):
-    """D = sum over blocks of (A . B on the block) x 2^(sa - 127) x 2^(sb - 127) (+ C), rounded to float32."""
-    av, bv = E2M1[a], E2M1[b]
-    d = np.zeros((a.shape[0], 32, 32)) if c is None else c.astype(np.float64).copy()
-    for kb in range(2):
-        blk = slice(32 * kb, 32 * kb + 32)
-        dot = np.einsum("cik,ckj->cij", av[:, :, blk], bv[:, blk, :])
-        d = d + dot * e8m0(sa[:, :, kb])[:, :, None] * e8m0(sb[:, :, kb])[:, None, :]
-    return d.astype(np.float32)
-
-
 def unit_scales(cases):
     return np.full((cases, 32, 2), 127), np.full((cases, 32, 2), 127)
 
 
-def test_a_one_hot_per_lane_and_register():
-    """A holds 1.0 at one (row, k), i.e. one nibble of one VGPR of one lane; B is 1.0 on row k alone: D is
-    1.0 on that row, every column."""
-    rows, ks = np.meshgrid(ROWS, np.arange(64), indexing="ij")
-    rows, ks = rows.ravel(), ks.ravel()
-    cases = rows.size
-    a = np.zeros((cases, 32, 64), dtype=np.int64)
-    b = np.zeros((cases, 64, 32), dtype=np.int64)
-    a[np.arange(cases), rows, ks] = ONE
-    b[np.arange(cases), ks, :] = ONE
-    d = mfma(a, b, *unit_scales(cases))
-    want = np.zeros((cases, 32, 32), dtype=np.float32)
-    want[np.arange(cases), rows, :] = 1.0
-    np.testing.assert_array_equal(d, want)
-
-
-def test_b_one_hot_per_lane_and_register():
-    ks, cols = np.meshgrid(np.arange(64), ROWS, indexing="ij")
-    ks, cols = ks.ravel(), cols.ravel()
-    cases = ks.size
-    a = np.zeros((cases, 32, 64), dtype=np.int64)
-    b = np.zeros((cases, 64, 32), dtype=np.int64)
-    b[np.arange(cases), ks, cols] = ONE
-    a[np.arange(cases), :, ks] = ONE
-    d = mfma(a, b, *unit_scales(cases))
-    want = np.zeros((cases, 32, 32), dtype=np.float32)
-    want[np.arange(cases), :, cols] = 1.0
-    np.testing.assert_array_equal(d, want)
+@pytest.mark.parametrize("one_hot", [one_hot_a, one_hot_b], ids=["a", "b"])
+def test_one_hot_per_lane_and_register(one_hot):
+    """Every nibble of every VGPR of every lane of A (B) alone at 1.0, against a B (A) that picks its k."""
+    a, b, want = one_hot(32, 64, 32)
+    np.testing.assert_array_equal(mfma(a, b, *unit_scales(a.shape[0])), want)
 
 
 @pytest.mark.parametrize("block", [0, 1])
@@ -127,7 +105,7 @@ def test_each_scale_byte_selected_alone(opsel_a, opsel_b):
     a, b = rng.integers(0, 16, (1, 32, 64)), rng.integers(0, 16, (1, 64, 32))
     sa, sb = rng.integers(118, 137, (1, 32, 2)), rng.integers(118, 137, (1, 32, 2))
     d = mfma(a, b, sa, sb, opsel_a=opsel_a, opsel_b=opsel_b)
-    np.testing.assert_array_equal(d, expected(a, b, sa, sb))
+    np.testing.assert_array_equal(d, scaled_product(a, b, sa, sb))
 
 
 def test_nan_scale_poisons_exactly_its_dot_products():
@@ -141,11 +119,12 @@ def test_nan_scale_poisons_exactly_its_dot_products():
     nan = np.zeros((32, 32), dtype=bool)
     nan[5, :] = nan[:, 8] = True
     np.testing.assert_array_equal(np.isnan(d[0]), nan)
-    np.testing.assert_array_equal(d[0][~nan], expected(a, b, np.full_like(sa, 127), np.full_like(sb, 127))[0][~nan])
+    finite = scaled_product(a, b, np.full_like(sa, 127), np.full_like(sb, 127))[0]
+    np.testing.assert_array_equal(d[0][~nan], finite[~nan])
 
 
 def test_fp4_codes_at_plus_minus_zero_and_six():
-    cases = [(SIX, MINUS_SIX, -6.0 * 6.0 * 64), (MINUS_SIX, MINUS_SIX, 36.0 * 64), (0, SIX, 0.0), (MINUS_ZERO, SIX, 0.0)]
+    cases = [(SIX, MINUS_SIX, -36.0 * 64), (MINUS_SIX, MINUS_SIX, 36.0 * 64), (0, SIX, 0.0), (MINUS_ZERO, SIX, 0.0)]
     a = np.stack([np.full((32, 64), x) for x, _, _ in cases])
     b = np.stack([np.full((64, 32), y) for _, y, _ in cases])
     d = mfma(a, b, *unit_scales(len(cases)))
@@ -160,7 +139,7 @@ def test_random_operands_scales_and_accumulator():
     sa, sb = rng.integers(100, 150, (cases, 32, 2)), rng.integers(100, 150, (cases, 32, 2))
     c = rng.standard_normal((cases, 32, 32)).astype(np.float32)
     d = mfma(a, b, sa, sb, c)
-    np.testing.assert_array_equal(d, expected(a, b, sa, sb, c))
+    np.testing.assert_array_equal(d, scaled_product(a, b, sa, sb, c))
 
 
 def test_permlane32_swap():
