@@ -19,6 +19,7 @@ PROBE = Path(__file__).with_name("probe.cpp")
 needs_clang = pytest.mark.skipif(
     emulation_compiler() is None, reason="the host emulation builds with clang (clang++-22)"
 )
+EMULATED = [needs_clang, pytest.mark.toolchain]  # the marks of a test that runs the emulation
 
 
 @functools.cache
@@ -103,3 +104,25 @@ def one_hot_b(m: int, k: int, n: int):
     want = np.zeros((ks.size, m, n), dtype=np.float32)
     want[cases, :, cols] = 1.0
     return a, b, want
+
+
+def extreme_codes(m: int, k: int, n: int):
+    """Cases of E2M1 codes at +-6 and +-0 filling A (m x k) and B (k x n): (a, b, the value every cell of D
+    must hold at unit scales), the products exact at the format's ends and signed zeros summing to 0."""
+    cases = [(SIX, MINUS_SIX, -36.0 * k), (MINUS_SIX, MINUS_SIX, 36.0 * k), (0, SIX, 0.0), (MINUS_ZERO, SIX, 0.0)]
+    a = np.stack([np.full((m, k), x) for x, _, _ in cases])
+    b = np.stack([np.full((k, n), y) for _, y, _ in cases])
+    return a, b, np.array([v for _, _, v in cases], dtype=np.float32)
+
+
+def random_operands(seed: int, cases: int, m: int, k: int, n: int):
+    """(a, b, sa, sb, c): random E2M1 codes, block scales in [100, 150) and a normal fp32 C."""
+    rng = np.random.default_rng(seed)
+    a, b = rng.integers(0, 16, (cases, m, k)), rng.integers(0, 16, (cases, k, n))
+    sa, sb = rng.integers(100, 150, (cases, m, k // 32)), rng.integers(100, 150, (cases, n, k // 32))
+    return a, b, sa, sb, rng.standard_normal((cases, m, n)).astype(np.float32)
+
+
+def unit_scales(cases: int, m: int, k: int, n: int):
+    """(sa, sb) of byte 127, 2^0, for every row of an m x k A and column of a k x n B, per K block."""
+    return np.full((cases, m, k // 32), 127), np.full((cases, n, k // 32), 127)

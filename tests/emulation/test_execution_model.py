@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from mxlogits.manifest import manifest
 
-from .probe import needs_clang, run_raw
+from .probe import EMULATED, run_raw
 
-pytestmark = [needs_clang, pytest.mark.toolchain]
+pytestmark = EMULATED
 
 ARCHES = [a for a, rec in manifest().arches.items() if rec.emulation]
 

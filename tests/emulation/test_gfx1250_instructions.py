@@ -26,20 +26,11 @@ import numpy as np
 import pytest
 
 from .probe import (
-    MINUS_SIX,
-    MINUS_ZERO,
-    ONE,
-    SIX,
-    needs_clang,
-    one_hot_a,
-    one_hot_b,
-    pack_nibbles,
-    run,
-    run_raw,
-    scaled_product,
+    EMULATED, ONE, extreme_codes, one_hot_a, one_hot_b, pack_nibbles, random_operands, run, run_raw, scaled_product,
+    unit_scales,
 )
 
-pytestmark = [needs_clang, pytest.mark.toolchain]
+pytestmark = EMULATED
 
 IN = np.dtype([("a", "<u4", 16), ("b", "<u4", 8), ("c", "<f4", 16), ("a_scale", "<u4"), ("b_scale", "<u4"),
                ("c_mod", "<i4"), ("a_sel", "<i4"), ("a_fmt", "<i4"), ("b_sel", "<i4"), ("b_fmt", "<i4")])  # fmt: skip
@@ -90,15 +81,11 @@ def d_position():
     return n + 16 * ((r % 16) // 8), 8 * (r // 16) + r % 8
 
 
-def unit(cases):
-    return np.full((cases, 32, 4), 127), np.full((cases, 16, 4), 127)
-
-
 @pytest.mark.parametrize("one_hot", [one_hot_a, one_hot_b], ids=["a", "b"])
 def test_one_hot_per_lane_and_register(one_hot):
     """Every nibble of every VGPR of every lane of A (B) alone at 1.0, against a B (A) that picks its k."""
     a, b, want = one_hot(32, 128, 16)
-    np.testing.assert_array_equal(wmma(a, b, *unit(a.shape[0])), want)
+    np.testing.assert_array_equal(wmma(a, b, *unit_scales(a.shape[0], 32, 128, 16)), want)
 
 
 @pytest.mark.parametrize("lane", [0, 15, 16, 31])
@@ -111,7 +98,7 @@ def test_k_order_across_the_lane_halves(lane):
     a[0, lane % 16, k_isa] = ONE
     b = np.zeros((1, 128, 16), dtype=np.int64)
     b[0, k_isa, :] = ONE
-    d = wmma(a, b, *unit(1))
+    d = wmma(a, b, *unit_scales(1, 32, 128, 16))
     assert (d[0, lane % 16] == 1.0).all() and np.count_nonzero(d) == 16
 
 
@@ -120,7 +107,7 @@ def test_the_two_k_readings_differ_only_under_block_scales():
     (the K permutation cancels, as in aiter's test) and a different one once the blocks' scales differ."""
     rng = np.random.default_rng(3)
     a, b = rng.integers(0, 16, (1, 32, 128)), rng.integers(0, 16, (1, 128, 16))
-    uniform = unit(1)
+    uniform = unit_scales(1, 32, 128, 16)
     assert np.array_equal(wmma(a, b, *uniform, contiguous_halves=True), scaled_product(a, b, *uniform))
     sa, sb = rng.integers(120, 134, (1, 32, 4)), rng.integers(120, 134, (1, 16, 4))
     assert np.array_equal(wmma(a, b, sa, sb), scaled_product(a, b, sa, sb))
@@ -139,7 +126,7 @@ def test_scale_bytes_and_b_select(b_sel):
 def test_nan_scale_poisons_exactly_its_dot_products():
     rng = np.random.default_rng(7)
     a, b = rng.integers(0, 16, (1, 32, 128)), rng.integers(0, 16, (1, 128, 16))
-    sa, sb = unit(1)
+    sa, sb = unit_scales(1, 32, 128, 16)
     sa, sb = sa.copy(), sb.copy()
     sa[0, 20, 3] = 255
     sb[0, 9, 1] = 255
@@ -150,20 +137,13 @@ def test_nan_scale_poisons_exactly_its_dot_products():
 
 
 def test_fp4_codes_at_plus_minus_zero_and_six():
-    cases = [(SIX, MINUS_SIX, -36.0 * 128), (MINUS_SIX, MINUS_SIX, 36.0 * 128), (0, SIX, 0.0), (MINUS_ZERO, SIX, 0.0)]
-    a = np.stack([np.full((32, 128), x) for x, _, _ in cases])
-    b = np.stack([np.full((128, 16), y) for _, y, _ in cases])
-    d = wmma(a, b, np.full((len(cases), 32, 4), 127), np.full((len(cases), 16, 4), 127))
-    for k, (_, _, value) in enumerate(cases):
-        assert (d[k] == value).all(), (cases[k], d[k][0, 0])
+    a, b, want = extreme_codes(32, 128, 16)
+    d = wmma(a, b, *unit_scales(a.shape[0], 32, 128, 16))
+    assert (d == want[:, None, None]).all()
 
 
 def test_random_operands_scales_and_accumulator():
-    rng = np.random.default_rng(11)
-    cases = 16
-    a, b = rng.integers(0, 16, (cases, 32, 128)), rng.integers(0, 16, (cases, 128, 16))
-    sa, sb = rng.integers(100, 150, (cases, 32, 4)), rng.integers(100, 150, (cases, 16, 4))
-    c = rng.standard_normal((cases, 32, 16)).astype(np.float32)
+    a, b, sa, sb, c = random_operands(11, 16, 32, 128, 16)
     np.testing.assert_array_equal(wmma(a, b, sa, sb, c, b_sel=1), scaled_product(a, b, sa, sb, c))
 
 

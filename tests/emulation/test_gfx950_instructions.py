@@ -19,20 +19,11 @@ import numpy as np
 import pytest
 
 from .probe import (
-    E2M1,
-    MINUS_SIX,
-    MINUS_ZERO,
-    ONE,
-    SIX,
-    needs_clang,
-    one_hot_a,
-    one_hot_b,
-    pack_nibbles,
-    run,
-    scaled_product,
+    E2M1, EMULATED, ONE, extreme_codes, one_hot_a, one_hot_b, pack_nibbles, random_operands, run, scaled_product,
+    unit_scales,
 )
 
-pytestmark = [needs_clang, pytest.mark.toolchain]
+pytestmark = EMULATED
 
 IN = np.dtype([("a", "<u4", 8), ("b", "<u4", 8), ("c", "<f4", 16), ("scale_a", "<u4"), ("scale_b", "<u4"),
                ("cbsz", "<i4"), ("blgp", "<i4"), ("opsel_a", "<i4"), ("opsel_b", "<i4")])  # fmt: skip
@@ -74,15 +65,11 @@ def d_position():
     return j + 32 * ((i // 4) % 2), 4 * (i // 8) + i % 4
 
 
-def unit_scales(cases):
-    return np.full((cases, 32, 2), 127), np.full((cases, 32, 2), 127)
-
-
 @pytest.mark.parametrize("one_hot", [one_hot_a, one_hot_b], ids=["a", "b"])
 def test_one_hot_per_lane_and_register(one_hot):
     """Every nibble of every VGPR of every lane of A (B) alone at 1.0, against a B (A) that picks its k."""
     a, b, want = one_hot(32, 64, 32)
-    np.testing.assert_array_equal(mfma(a, b, *unit_scales(a.shape[0])), want)
+    np.testing.assert_array_equal(mfma(a, b, *unit_scales(a.shape[0], 32, 64, 32)), want)
 
 
 @pytest.mark.parametrize("block", [0, 1])
@@ -93,7 +80,7 @@ def test_identity_block_places_b_in_d(block):
     a = np.zeros((1, 32, 64), dtype=np.int64)
     a[0, ROWS, 32 * block + ROWS] = ONE
     b = rng.integers(0, 16, (1, 64, 32))
-    d = mfma(a, b, *unit_scales(1))
+    d = mfma(a, b, *unit_scales(1, 32, 64, 32))
     np.testing.assert_array_equal(d[0], E2M1[b[0, 32 * block : 32 * block + 32]].astype(np.float32))
 
 
@@ -124,22 +111,14 @@ def test_nan_scale_poisons_exactly_its_dot_products():
 
 
 def test_fp4_codes_at_plus_minus_zero_and_six():
-    cases = [(SIX, MINUS_SIX, -36.0 * 64), (MINUS_SIX, MINUS_SIX, 36.0 * 64), (0, SIX, 0.0), (MINUS_ZERO, SIX, 0.0)]
-    a = np.stack([np.full((32, 64), x) for x, _, _ in cases])
-    b = np.stack([np.full((64, 32), y) for _, y, _ in cases])
-    d = mfma(a, b, *unit_scales(len(cases)))
-    for k, (_, _, value) in enumerate(cases):
-        assert (d[k] == value).all(), (cases[k], d[k][0, 0])
+    a, b, want = extreme_codes(32, 64, 32)
+    d = mfma(a, b, *unit_scales(a.shape[0], 32, 64, 32))
+    assert (d == want[:, None, None]).all()
 
 
 def test_random_operands_scales_and_accumulator():
-    rng = np.random.default_rng(1)
-    cases = 16
-    a, b = rng.integers(0, 16, (cases, 32, 64)), rng.integers(0, 16, (cases, 64, 32))
-    sa, sb = rng.integers(100, 150, (cases, 32, 2)), rng.integers(100, 150, (cases, 32, 2))
-    c = rng.standard_normal((cases, 32, 32)).astype(np.float32)
-    d = mfma(a, b, sa, sb, c)
-    np.testing.assert_array_equal(d, scaled_product(a, b, sa, sb, c))
+    a, b, sa, sb, c = random_operands(1, 16, 32, 64, 32)
+    np.testing.assert_array_equal(mfma(a, b, sa, sb, c), scaled_product(a, b, sa, sb, c))
 
 
 def test_permlane32_swap():
