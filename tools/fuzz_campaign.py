@@ -2,6 +2,7 @@
 the ASan/UBSan build of the cpu module (make sanitize):
 
     python tools/fuzz_campaign.py [--cases 10000] [--seed N] [--device cpu]
+    MXLOGITS_EMULATE=gfx950 python tools/fuzz_campaign.py --cases 300   # an AMD body, through its emulation
 
 Each case is a random plan over random inputs, on a random variant of the device's arch:
 - contract-abiding ("legit"): ragged batches, pad rows (row_to_batch -1 or -2**31, extreme empty
@@ -66,7 +67,7 @@ class Pools:
     def scene(self, rng: random.Random, contexts: list[int], rows: list[tuple[int, int, int]], max_seq_len: int):
         """A Scene of the pooled data: make_scene's layout, with pages and query rows drawn at random."""
         device = self.q.device
-        page = self.kv_cache.shape[1]
+        page = mx.manifest.manifest().page_size  # kv_cache.shape[1] is not it in the mfma_permuted layout
         width = mx.block_table_width(max_seq_len, device=device)
         table = [[rng.randrange(self.PAGES) for _ in range(-(-c // page))] + [0] * width for c in contexts]
         pick = torch.tensor([rng.randrange(self.QUERIES) for _ in rows], dtype=torch.long, device=device)
@@ -150,7 +151,7 @@ def poison_pages(rng: random.Random, scene: Scene) -> list[tuple[int, int]]:
 def expected(scene: Scene, poisoned: list[tuple[int, int]], shape, weight_scale: float) -> torch.Tensor:
     """The buffer as it should end: -inf, the reference inside the windows, NaN for the tokens of
     poisoned pages."""
-    page = scene.kv_cache.shape[1]
+    page = mx.manifest.manifest().page_size
     table = scene.block_tables.cpu().clone()
     for b, col in poisoned:
         table[b, col] = 0
@@ -330,7 +331,7 @@ def forged_case(case: int, rng: random.Random, variant, pools: Pools, tally: Tal
     ]
     i32 = lambda v: torch.tensor(v, dtype=torch.int32, device=scene.q.device)
     buffer, out = framed_out(scene, rng)
-    ops(variant.arch).pa_mqa_logits_mxfp4(
+    ops(variant.arch, scene.q.device).pa_mqa_logits_mxfp4(
         **scene.named_inputs(),
         cta_info=i32(records), cta_ranges=i32(ranges), local_ends=p.local_ends, local_starts=p.local_starts, out=out,
         num_rows=p.num_rows, max_seq_len=scene.max_seq_len, weight_scale=1.0, q_per_block=variant.q_per_block,
@@ -344,9 +345,10 @@ def forged_case(case: int, rng: random.Random, variant, pools: Pools, tally: Tal
 # ---- the campaign ---------------------------------------------------------------------------------
 
 
-def sanitized_module(arch: str) -> str:
-    """The loaded module, checked to carry ASan when MXLOGITS_SANITIZE=1 asks for it."""
-    library = str(mx.built_library(arch))
+def sanitized_module(arch: str, device: str) -> str:
+    """The module of `arch` on `device` (a GPU arch on CPU tensors: its host emulation), checked to carry
+    ASan when MXLOGITS_SANITIZE=1 asks for it."""
+    library = str(mx.built_library(arch, emulated=torch.device(device).type == "cpu" and arch != "cpu"))
     if sanitize_enabled():
         symbols = subprocess.run(["nm", "-D", library], capture_output=True, text=True, check=True).stdout
         if "__asan_" not in symbols or "__ubsan_" not in symbols:
@@ -363,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     seed = args.seed if args.seed is not None else time.time_ns() % 2**31
     arch = mx.arch_of(args.device)
     print(f"fuzz campaign: seed {seed}, {args.cases} cases on {args.device} (arch {arch})", flush=True)
-    print(f"module: {sanitized_module(arch)}" + (" (ASan + UBSan)" if sanitize_enabled() else ""), flush=True)
+    print(f"module: {sanitized_module(arch, args.device)}" + (" (ASan + UBSan)" if sanitize_enabled() else ""), flush=True)
     rng, tally, started = random.Random(seed), Tally(), time.monotonic()
     pools = Pools(seed, args.device)
     kinds = [(legit_case, 0.6), (violation_case, 0.25), (forged_case, 0.15)]
