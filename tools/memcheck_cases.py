@@ -3,7 +3,7 @@
     compute-sanitizer --tool memcheck python tools/memcheck_cases.py
 
 Legitimate cases (checked against the fp32 reference; a mismatch is a FAIL and exit status 1):
-the corner cases of tests/runtime/test_op.py, the exact path's scenes on one CTA, and a raw launch of a
+the op corner cases of tests/support/op_cases.py, the exact path's scenes on one CTA, and a raw launch of a
 schedule planned for more rows than the q/out tensors hold (num_rows smaller than the plan: the
 kernel drops the records past it).
 Hostile cases (memcheck's verdict is what matters; they must still leave every cell outside the
@@ -21,6 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the su
 
 import torch  # noqa: E402
 from support.cases import assert_matches, first_rows, make_case, make_plan, ops_of, reference, run_op  # noqa: E402
+from support.op_cases import corner_cases as op_corner_cases  # noqa: E402
+from support.op_cases import far_apart_case  # noqa: E402
 from support.params import GPU_ARCH, GPU_VARIANTS  # noqa: E402
 
 INT32 = (-(2**31), 2**31)
@@ -75,9 +77,7 @@ def assert_outside_windows_untouched(case, out) -> None:
 
 
 def corner_cases(v) -> None:
-    from test_op import corner_cases as cases
-
-    for name, (contexts, rows) in sorted(cases().items()):
+    for name, (contexts, rows) in sorted(op_corner_cases().items()):
         case = make_case(contexts, rows, v, seed=zlib.crc32(name.encode()) % 1000)
 
         def run():
@@ -87,9 +87,7 @@ def corner_cases(v) -> None:
 
 
 def exact_path_one_cta(v) -> None:
-    """test_op.far_apart_case on one CTA: its workers all take exact-path pages of the same tiles."""
-    from test_op import far_apart_case
-
+    """far_apart_case on one CTA: its workers all take exact-path pages of the same tiles."""
     for side in ("kv", "q"):
         case = far_apart_case(v, side)
 

@@ -3,6 +3,7 @@
     checkout        the checkout's paths (templates, generated tree, stub arches)
     params          the arches and variants present here, as pytest params (GPU ones marked gpu)
     cases           one op call's inputs, the op, the reference, and the comparison of docs/semantics.md
+    op_cases        the op corner cases and the exact path's scenes (tests/runtime/test_op.py, the memcheck tool)
     schedule_model  the schedule written independently of the builder, and random plans
     tables          the head of the small instance tables the codegen tests build on
     stubs           the real templates plus stub arches, rendered from such a table
