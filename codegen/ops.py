@@ -109,6 +109,27 @@ OPS = (
               "int block_k", {"out": "a"}),  # fmt: skip
         "()",
     ),
+    Op(
+        "build_compact_schedule",
+        _args("Tensor context_lens, Tensor schedule_meta, int next_n, int num_ctas, int setup_pages, int q_per_block, "
+              "int block_k",
+              {"schedule_meta": "a"}),  # fmt: skip
+        "()",
+    ),
+    Op(
+        "pa_mqa_logits_compact",
+        _args("Tensor q, Tensor q_scale, Tensor kv_cache, Tensor kv_scale, Tensor block_tables, Tensor weights, "
+              "Tensor context_lens, Tensor schedule_meta, Tensor out, int next_n, int setup_pages, int max_seq_len, "
+              "float weight_scale, int q_per_block, int block_k", {"out": "a"}),  # fmt: skip
+        "()",
+    ),
+    Op(
+        "check_compact_logits",
+        _args("Tensor q, Tensor q_scale, Tensor kv_cache, Tensor kv_scale, Tensor block_tables, Tensor weights, "
+              "Tensor context_lens, Tensor schedule_meta, Tensor? out, int next_n, int setup_pages, int max_seq_len, "
+              "int q_per_block, int block_k"),  # fmt: skip
+        "()",
+    ),
     # pa_mqa_logits_mxfp4's checks alone; out may be absent (the checks made before allocating it)
     Op(
         "check_logits",

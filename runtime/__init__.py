@@ -26,6 +26,7 @@ probed once per device; each arch's module is built on first use and cached
 
 from .arch import arch_of, emulate, emulated_arch
 from .build import built_library, cache_dir, jit_enabled
+from .compact import compact_schedule, pa_mqa_logits_compact
 from .integrations import deepgemm as deepgemm_compat
 from .integrations import indexer
 from .integrations.indexer import Indexer, IndexerBatch, decode_batch, prefill_batch, variant_for
@@ -48,6 +49,7 @@ __all__ = [
     "built_library",
     "cache_dir",
     "check_layout",
+    "compact_schedule",
     "decode_batch",
     "deepgemm_compat",
     "default_variant",
@@ -60,6 +62,7 @@ __all__ = [
     "indexer",
     "jit_enabled",
     "layout_of",
+    "pa_mqa_logits_compact",
     "pa_mqa_logits_mxfp4",
     "plan",
     "plan_buffers",

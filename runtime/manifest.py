@@ -168,6 +168,15 @@ def tolerance(variant: MqaLogitsVariant) -> tuple[float, float]:
     return manifest().tolerances[variant]
 
 
+def variant_for_rows(arch: str, rows_per_sequence: int) -> MqaLogitsVariant:
+    """The instance for sequences of about `rows_per_sequence` query rows (next_n at decode, the chunk
+    length at prefill): the largest q_per_block not above it, so tiles are full and the rows of a tile
+    share each KV chunk; the arch default among equals, else the first in the table."""
+    best = max(v.q_per_block for v in variants(arch) if v.q_per_block <= max(rows_per_sequence, 1))
+    default = default_variant(arch)
+    return default if default.q_per_block == best else next(v for v in variants(arch) if v.q_per_block == best)
+
+
 def resolve_variant(variant: str | MqaLogitsVariant | None, arch: str) -> MqaLogitsVariant:
     """A name, a variant or None (the arch default) -> a variant compiled for `arch`; raises otherwise."""
     if variant is None:

@@ -172,4 +172,40 @@ static_assert(offsetof(SchedArgs, setup_chunks) == 76, "SchedArgs ABI");
 static_assert(sizeof(SchedArgs) == 80, "SchedArgs ABI");
 
 
+// Arguments of the compact schedule (sched.h, docs/schedule.md): `batch` sequences of `next_n` rows,
+// row j of sequence b reading [0, end), end = seq_lens[b] - next_n + 1 + j, or seq_lens[b * next_n + j]
+// (lens_per_row). The build writes meta[c] = (sequence, unit) where CTA c starts, [num_ctas + 1, 2] and
+// more rows repeating the end; the expansion turns it into the records, ranges and window ends the
+// logits launch reads.
+struct CompactArgs {
+  const int32_t* seq_lens;  // [batch], or [batch * next_n] when lens_per_row
+  int32_t* meta;  // [meta_rows, 2]: written by the build, read by the expansion
+  int64_t* scratch;  // [batch + 1]: the build's weight prefix
+  int32_t* cta_info;  // expansion: [num_records, kRecordInts]
+  int32_t* cta_ranges;  // expansion: [num_ctas, kRangeInts]
+  int32_t* local_ends;  // expansion: [batch * next_n]
+  int32_t batch;
+  int32_t next_n;  // >= 1
+  int32_t lens_per_row;
+  int32_t num_ctas;  // CTAs the work is split over
+  int32_t meta_rows;  // >= num_ctas + 1
+  int32_t num_records;  // expansion: compact_records(batch, next_n, num_ctas)
+  int32_t setup_pages;  // a sequence's setup weighs as much as this many of its pages
+};
+static_assert(offsetof(CompactArgs, seq_lens) == 0, "CompactArgs ABI");
+static_assert(offsetof(CompactArgs, meta) == 8, "CompactArgs ABI");
+static_assert(offsetof(CompactArgs, scratch) == 16, "CompactArgs ABI");
+static_assert(offsetof(CompactArgs, cta_info) == 24, "CompactArgs ABI");
+static_assert(offsetof(CompactArgs, cta_ranges) == 32, "CompactArgs ABI");
+static_assert(offsetof(CompactArgs, local_ends) == 40, "CompactArgs ABI");
+static_assert(offsetof(CompactArgs, batch) == 48, "CompactArgs ABI");
+static_assert(offsetof(CompactArgs, next_n) == 52, "CompactArgs ABI");
+static_assert(offsetof(CompactArgs, lens_per_row) == 56, "CompactArgs ABI");
+static_assert(offsetof(CompactArgs, num_ctas) == 60, "CompactArgs ABI");
+static_assert(offsetof(CompactArgs, meta_rows) == 64, "CompactArgs ABI");
+static_assert(offsetof(CompactArgs, num_records) == 68, "CompactArgs ABI");
+static_assert(offsetof(CompactArgs, setup_pages) == 72, "CompactArgs ABI");
+static_assert(sizeof(CompactArgs) == 80, "CompactArgs ABI");
+
+
 }  // namespace mxlogits

@@ -29,6 +29,17 @@ MXL_LIBRARY(MXL_OPS, m) {
       "Tensor weights, Tensor cta_info, Tensor cta_ranges, Tensor local_ends, Tensor? local_starts, Tensor(a!) out, "
       "int num_rows, int max_seq_len, float weight_scale, int q_per_block, int block_k) -> ()");
   m.def(
+      "build_compact_schedule(Tensor context_lens, Tensor(a!) schedule_meta, int next_n, int num_ctas, "
+      "int setup_pages, int q_per_block, int block_k) -> ()");
+  m.def(
+      "pa_mqa_logits_compact(Tensor q, Tensor q_scale, Tensor kv_cache, Tensor kv_scale, Tensor block_tables, "
+      "Tensor weights, Tensor context_lens, Tensor schedule_meta, Tensor(a!) out, int next_n, int setup_pages, "
+      "int max_seq_len, float weight_scale, int q_per_block, int block_k) -> ()");
+  m.def(
+      "check_compact_logits(Tensor q, Tensor q_scale, Tensor kv_cache, Tensor kv_scale, Tensor block_tables, "
+      "Tensor weights, Tensor context_lens, Tensor schedule_meta, Tensor? out, int next_n, int setup_pages, "
+      "int max_seq_len, int q_per_block, int block_k) -> ()");
+  m.def(
       "check_logits(Tensor q, Tensor q_scale, Tensor kv_cache, Tensor kv_scale, Tensor block_tables, Tensor weights, "
       "Tensor cta_info, Tensor cta_ranges, Tensor local_ends, Tensor? local_starts, Tensor? out, int num_rows, "
       "int max_seq_len, int q_per_block, int block_k) -> ()");
@@ -38,5 +49,8 @@ MXL_LIBRARY_IMPL(MXL_OPS, MXL_DISPATCH_KEY, m) {
   m.impl("build_schedule", &mxlogits::cpu::build_schedule);
   m.impl("check_schedule", &mxlogits::cpu::check_schedule);
   m.impl("pa_mqa_logits_mxfp4", &mxlogits::cpu::pa_mqa_logits_mxfp4);
+  m.impl("build_compact_schedule", &mxlogits::cpu::build_compact_schedule);
+  m.impl("pa_mqa_logits_compact", &mxlogits::cpu::pa_mqa_logits_compact);
+  m.impl("check_compact_logits", &mxlogits::cpu::check_compact_logits);
   m.impl("check_logits", &mxlogits::cpu::check_logits);
 }

@@ -154,6 +154,18 @@ LaunchStatus launch_schedule(const LaunchContext&, const SchedArgs& args) {
 }
 
 template <class T>
+LaunchStatus launch_compact_build(const LaunchContext&, const CompactArgs& args) {
+  sched::build_compact_host(args);
+  return {0, nullptr};
+}
+
+template <class T>
+LaunchStatus launch_compact_expand(const LaunchContext&, const CompactArgs& args) {
+  sched::expand_compact_host<T::Q_PER_BLOCK, T::BLOCK_K>(args);
+  return {0, nullptr};
+}
+
+template <class T>
 LaunchStatus launch_logits(const LaunchContext&, const KernelArgs& a) {
   static_assert(sizeof(body::Scratch<T>) <= T::SCRATCH_BUDGET,
                 "instance exceeds the cpu budget scratch_bytes in instances.yaml");

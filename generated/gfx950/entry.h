@@ -12,6 +12,10 @@ namespace mxlogits::gfx950 {
 template <class T>
 LaunchStatus launch_schedule(const LaunchContext& ctx, const SchedArgs& args);
 template <class T>
+LaunchStatus launch_compact_build(const LaunchContext& ctx, const CompactArgs& args);
+template <class T>
+LaunchStatus launch_compact_expand(const LaunchContext& ctx, const CompactArgs& args);
+template <class T>
 LaunchStatus launch_logits(const LaunchContext& ctx, const KernelArgs& args);
 // CTAs of the logits kernel that one multiprocessor of the current device holds at once.
 template <class T>
@@ -24,6 +28,8 @@ struct Tunables_qlen1_kv64 {
 };
 using Traits_qlen1_kv64 = Traits<InstanceTraits<1, 64, 1024, 512>, Tunables_qlen1_kv64>;
 extern template LaunchStatus launch_schedule<Traits_qlen1_kv64>(const LaunchContext&, const SchedArgs&);
+extern template LaunchStatus launch_compact_build<Traits_qlen1_kv64>(const LaunchContext&, const CompactArgs&);
+extern template LaunchStatus launch_compact_expand<Traits_qlen1_kv64>(const LaunchContext&, const CompactArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen1_kv64>(const LaunchContext&, const KernelArgs&);
 extern template LaunchStatus logits_ctas_per_sm<Traits_qlen1_kv64>(int*);
 // The tunables gfx950 declares, as instance qlen1_kv256 sets them.
@@ -33,6 +39,8 @@ struct Tunables_qlen1_kv256 {
 };
 using Traits_qlen1_kv256 = Traits<InstanceTraits<1, 256, 1024, 512>, Tunables_qlen1_kv256>;
 extern template LaunchStatus launch_schedule<Traits_qlen1_kv256>(const LaunchContext&, const SchedArgs&);
+extern template LaunchStatus launch_compact_build<Traits_qlen1_kv256>(const LaunchContext&, const CompactArgs&);
+extern template LaunchStatus launch_compact_expand<Traits_qlen1_kv256>(const LaunchContext&, const CompactArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen1_kv256>(const LaunchContext&, const KernelArgs&);
 extern template LaunchStatus logits_ctas_per_sm<Traits_qlen1_kv256>(int*);
 

@@ -2,6 +2,7 @@
 // The gfx950 launcher: shape checks, argument packing and the dispatch on
 // (q_per_block, block_k). Rendered from one template for every arch; only traits and body
 // differ between arches.
+#include <ATen/ops/empty.h>
 #include <c10/core/DeviceGuard.h>
 #if defined(MXLOGITS_EMULATE)
 // The host emulation's build: CPU tensors, CTAs over torch's host threads (docs/amd.md).
@@ -395,6 +396,89 @@ void run_schedule(const ScheduleInputs& in) {
   check_launch(launch_schedule<T>(launch_context(in.local_ends.device()), a), "build_schedule");
 }
 
+// The compact schedule's arguments (docs/schedule.md): context_lens int32 [batch] or [batch, next_n]
+// (one end per row), schedule_meta int32 [num_ctas + 1 >= 2, 2]; the split's num_ctas of the build
+// (at most the meta's rows - 1), the meta's rows - 1 for the expansion, whose extra rows start nothing.
+template <class T>
+CompactArgs compact_args(const Checker& c, const at::Tensor& seq_lens, const at::Tensor& meta, int64_t next_n,
+                         int64_t setup_pages) {
+  c.range(next_n, "next_n", 1, kInt32Max, "rows per sequence");
+  c.tensor(seq_lens, "context_lens", {at::kInt}, "int32");
+  const bool per_row = seq_lens.dim() == 2;
+  ARG_CHECK(c, (seq_lens.dim() == 1 || (per_row && seq_lens.size(1) == next_n)) && seq_lens.is_contiguous(),
+            "context_lens", "expected a contiguous int32 [batch] or [batch, next_n=%lld] tensor, found shape %s "
+            "strides %s", (long long)next_n, shape_of(seq_lens.sizes()).s, shape_of(seq_lens.strides()).s);
+  c.tensor(meta, "schedule_meta", {at::kInt}, "int32");
+  ARG_CHECK(c, meta.dim() == 2 && meta.size(1) == 2 && meta.size(0) >= 2 && meta.is_contiguous(), "schedule_meta",
+            "expected a contiguous int32 [num_ctas + 1, 2] tensor with num_ctas >= 1, found shape %s strides %s",
+            shape_of(meta.sizes()).s, shape_of(meta.strides()).s);
+  const int64_t batch = seq_lens.size(0);
+  c.range(batch * next_n, "context_lens.shape[0] * next_n", 0, kInt32Max, "rows");
+  c.range(meta.size(0) - 1, "schedule_meta.shape[0] - 1", 1, kInt32Max, "CTAs");
+  c.range(setup_pages, "setup_pages", 0, kInt32Max, "pages");
+  const int64_t records = sched::compact_records<T::Q_PER_BLOCK>(batch, next_n, meta.size(0) - 1);
+  c.range(records, "(batch + num_ctas) * ceil(next_n / q_per_block)", 0, kInt32Max, "records");
+  CompactArgs a{};
+  a.seq_lens = seq_lens.const_data_ptr<int32_t>();
+  a.batch = int32_t(batch);
+  a.next_n = int32_t(next_n);
+  a.lens_per_row = per_row;
+  a.num_ctas = int32_t(meta.size(0) - 1);
+  a.meta_rows = int32_t(meta.size(0));
+  a.num_records = int32_t(records);
+  a.setup_pages = int32_t(setup_pages);
+  return a;
+}
+
+template <class T>
+void run_compact_build(const at::Tensor& seq_lens, const at::Tensor& meta, int64_t next_n, int64_t num_ctas,
+                       int64_t setup_pages) {
+  const Checker c("build_compact_schedule", seq_lens.device());
+  CompactArgs a = compact_args<T>(c, seq_lens, meta, next_n, setup_pages);
+  c.range(num_ctas, "num_ctas", 1, a.num_ctas, "CTAs of the split, at most schedule_meta.shape[0] - 1");
+  c.disjoint(meta, "schedule_meta", seq_lens, "context_lens");
+  a.num_ctas = int32_t(num_ctas);
+  const c10::DeviceGuard guard(seq_lens.device());
+  const at::Tensor prefix = at::empty({int64_t(a.batch) + 1}, seq_lens.options().dtype(at::kLong));
+  a.scratch = prefix.data_ptr<int64_t>();
+  a.meta = meta.data_ptr<int32_t>();
+  check_launch(launch_compact_build<T>(launch_context(seq_lens.device()), a), "build_compact_schedule");
+}
+
+// The logits of a compact schedule: its expansion into records, ranges and window ends (workspace of
+// this call), then the logits launch on them, with every check of pa_mqa_logits_mxfp4 made before
+// either launch; `launch` false: the checks alone (out may be absent).
+template <class T>
+void run_compact_logits(const LogitsInputs& given, const at::Tensor& seq_lens, const at::Tensor& meta,
+                        int64_t next_n, int64_t setup_pages, double weight_scale, bool launch) {
+  const Checker c("pa_mqa_logits_compact", given.q.device());
+  CompactArgs a = compact_args<T>(c, seq_lens, meta, next_n, setup_pages);  // on q's device
+  const int64_t rows = int64_t(a.batch) * a.next_n, records = a.num_records;
+  const auto ints = seq_lens.options();
+  const at::Tensor cta_info = at::empty({records, kRecordInts}, ints);
+  const at::Tensor cta_ranges = at::empty({int64_t(a.num_ctas), kRangeInts}, ints);
+  const at::Tensor local_ends = at::empty({rows}, ints);
+  const std::optional<at::Tensor> no_starts;  // every window starts at 0
+  const LogitsInputs in{given.q,      given.q_scale, given.kv_cache, given.kv_scale, given.block_tables,
+                        given.weights, cta_info,     cta_ranges,     local_ends,     no_starts,
+                        given.out,     rows,         given.max_seq_len};
+  check_shapes<T>(in);
+  if (given.out) {
+    c.disjoint(*given.out, "out", seq_lens, "context_lens");
+    c.disjoint(*given.out, "out", meta, "schedule_meta");
+  }
+  if (!launch) return;
+  a.meta = const_cast<int32_t*>(meta.const_data_ptr<int32_t>());  // read only by the expansion
+  a.cta_info = cta_info.data_ptr<int32_t>();
+  a.cta_ranges = cta_ranges.data_ptr<int32_t>();
+  a.local_ends = local_ends.data_ptr<int32_t>();
+  {
+    const c10::DeviceGuard guard(seq_lens.device());
+    check_launch(launch_compact_expand<T>(launch_context(seq_lens.device()), a), "pa_mqa_logits_compact (expansion)");
+  }
+  run_logits<T>(in, weight_scale);
+}
+
 // Calls f(Traits{}) for the instance compiled for (q_per_block, block_k); anything else raises.
 template <class F>
 void dispatch(int64_t q_per_block, int64_t block_k, F&& f) {
@@ -471,6 +555,42 @@ void pa_mqa_logits_mxfp4(const at::Tensor& q, const at::Tensor& q_scale, const a
   const LogitsInputs in{q, q_scale, kv_cache, kv_scale, block_tables, weights, cta_info, cta_ranges,
                         local_ends, local_starts, written, num_rows, max_seq_len};
   dispatch(q_per_block, block_k, [&](auto traits) { run_logits<decltype(traits)>(in, weight_scale); });
+}
+
+void build_compact_schedule(const at::Tensor& context_lens, const at::Tensor& schedule_meta, int64_t next_n,
+                            int64_t num_ctas, int64_t setup_pages, int64_t q_per_block, int64_t block_k) {
+  dispatch(q_per_block, block_k, [&](auto traits) {
+    run_compact_build<decltype(traits)>(context_lens, schedule_meta, next_n, num_ctas, setup_pages);
+  });
+}
+
+void pa_mqa_logits_compact(const at::Tensor& q, const at::Tensor& q_scale, const at::Tensor& kv_cache,
+                           const at::Tensor& kv_scale, const at::Tensor& block_tables, const at::Tensor& weights,
+                           const at::Tensor& context_lens, const at::Tensor& schedule_meta, const at::Tensor& out,
+                           int64_t next_n, int64_t setup_pages, int64_t max_seq_len, double weight_scale,
+                           int64_t q_per_block, int64_t block_k) {
+  const std::optional<at::Tensor> written = out;
+  const at::Tensor none;  // the schedule's tensors: run_compact_logits makes them
+  const std::optional<at::Tensor> no_starts;
+  const LogitsInputs in{q, q_scale, kv_cache, kv_scale, block_tables, weights, none, none,
+                        none, no_starts, written, 0, max_seq_len};
+  dispatch(q_per_block, block_k, [&](auto traits) {
+    run_compact_logits<decltype(traits)>(in, context_lens, schedule_meta, next_n, setup_pages, weight_scale, true);
+  });
+}
+
+void check_compact_logits(const at::Tensor& q, const at::Tensor& q_scale, const at::Tensor& kv_cache,
+                          const at::Tensor& kv_scale, const at::Tensor& block_tables, const at::Tensor& weights,
+                          const at::Tensor& context_lens, const at::Tensor& schedule_meta,
+                          const std::optional<at::Tensor>& out, int64_t next_n, int64_t setup_pages,
+                          int64_t max_seq_len, int64_t q_per_block, int64_t block_k) {
+  const at::Tensor none;
+  const std::optional<at::Tensor> no_starts;
+  const LogitsInputs in{q, q_scale, kv_cache, kv_scale, block_tables, weights, none, none,
+                        none, no_starts, out, 0, max_seq_len};
+  dispatch(q_per_block, block_k, [&](auto traits) {
+    run_compact_logits<decltype(traits)>(in, context_lens, schedule_meta, next_n, setup_pages, 1.0, false);
+  });
 }
 
 void check_logits(const at::Tensor& q, const at::Tensor& q_scale, const at::Tensor& kv_cache,

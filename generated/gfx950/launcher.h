@@ -32,6 +32,25 @@ void pa_mqa_logits_mxfp4(const at::Tensor& q, const at::Tensor& q_scale, const a
                          const std::optional<at::Tensor>& local_starts, const at::Tensor& out, int64_t num_rows,
                          int64_t max_seq_len, double weight_scale, int64_t q_per_block, int64_t block_k);
 
+// The compact schedule (docs/schedule.md): where each of schedule_meta.shape[0] - 1 CTAs starts, the
+// work split over the first num_ctas of them, from the windows of context_lens.
+void build_compact_schedule(const at::Tensor& context_lens, const at::Tensor& schedule_meta, int64_t next_n,
+                            int64_t num_ctas, int64_t setup_pages, int64_t q_per_block, int64_t block_k);
+
+// pa_mqa_logits_mxfp4 on a compact schedule built from these context_lens and next_n.
+void pa_mqa_logits_compact(const at::Tensor& q, const at::Tensor& q_scale, const at::Tensor& kv_cache,
+                           const at::Tensor& kv_scale, const at::Tensor& block_tables, const at::Tensor& weights,
+                           const at::Tensor& context_lens, const at::Tensor& schedule_meta, const at::Tensor& out,
+                           int64_t next_n, int64_t setup_pages, int64_t max_seq_len, double weight_scale,
+                           int64_t q_per_block, int64_t block_k);
+
+// pa_mqa_logits_compact's checks alone (out may be absent); launches nothing.
+void check_compact_logits(const at::Tensor& q, const at::Tensor& q_scale, const at::Tensor& kv_cache,
+                          const at::Tensor& kv_scale, const at::Tensor& block_tables, const at::Tensor& weights,
+                          const at::Tensor& context_lens, const at::Tensor& schedule_meta,
+                          const std::optional<at::Tensor>& out, int64_t next_n, int64_t setup_pages,
+                          int64_t max_seq_len, int64_t q_per_block, int64_t block_k);
+
 // pa_mqa_logits_mxfp4's checks alone (out may be absent: the checks made before allocating it);
 // raises where the op would, launches nothing.
 void check_logits(const at::Tensor& q, const at::Tensor& q_scale, const at::Tensor& kv_cache,

@@ -153,6 +153,43 @@ LaunchStatus launch_schedule(const LaunchContext& ctx, const SchedArgs& args) {
   return last_launch_status();
 }
 
+// One kernel per instance TU (a template, so the TUs of one module share no symbol); the build itself
+// depends on no instance.
+template <int QPB, int BK>
+__global__ void __launch_bounds__(sched::kSchedThreads) compact_build_kernel(const CompactArgs a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  MXL_DYNAMIC_SHARED(int64_t, staged_prefix);  // its own name: extern shared arrays of one name share a type
+  sched::build_compact_block(a, sched::staged_prefix_bytes(a) > 0 ? staged_prefix : nullptr);
+#endif
+}
+
+// At least one block per multiprocessor, said outright: with the thread bound alone ptxas squeezes
+// qlen1's expansion into 40 registers and spills 8 bytes.
+template <int QPB, int BK>
+__global__ void __launch_bounds__(sched::kExpandThreads, 1) compact_expand_kernel(const CompactArgs a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  MXL_DYNAMIC_SHARED(int32_t, staged_meta);  // its own name: extern shared arrays of one name share a type
+  sched::expand_compact_block<QPB, BK>(a, sched::staged_meta_bytes(a) > 0 ? staged_meta : nullptr);
+#endif
+}
+
+template <class T>
+LaunchStatus launch_compact_build(const LaunchContext& ctx, const CompactArgs& args) {
+  const auto kernel = compact_build_kernel<T::Q_PER_BLOCK, T::BLOCK_K>;
+  const int bytes = int(sched::staged_prefix_bytes(args));
+  kernel<<<1, sched::kSchedThreads, bytes, static_cast<cudaStream_t>(ctx.stream)>>>(args);
+  return last_launch_status();
+}
+
+template <class T>
+LaunchStatus launch_compact_expand(const LaunchContext& ctx, const CompactArgs& args) {
+  const auto kernel = compact_expand_kernel<T::Q_PER_BLOCK, T::BLOCK_K>;
+  const int blocks = int(sched::expand_blocks(args));
+  const int bytes = int(sched::staged_meta_bytes(args));
+  kernel<<<blocks, sched::kExpandThreads, bytes, static_cast<cudaStream_t>(ctx.stream)>>>(args);
+  return last_launch_status();
+}
+
 template <class T>
 inline constexpr int kLogitsBytes = sizeof(body::Shared<T>);
 

@@ -12,6 +12,10 @@ namespace mxlogits::sm90 {
 template <class T>
 LaunchStatus launch_schedule(const LaunchContext& ctx, const SchedArgs& args);
 template <class T>
+LaunchStatus launch_compact_build(const LaunchContext& ctx, const CompactArgs& args);
+template <class T>
+LaunchStatus launch_compact_expand(const LaunchContext& ctx, const CompactArgs& args);
+template <class T>
 LaunchStatus launch_logits(const LaunchContext& ctx, const KernelArgs& args);
 // CTAs of the logits kernel that one multiprocessor of the current device holds at once.
 template <class T>
@@ -29,6 +33,8 @@ struct Tunables_qlen1_kv64 {
 };
 using Traits_qlen1_kv64 = Traits<InstanceTraits<1, 64, 132, 512>, Tunables_qlen1_kv64>;
 extern template LaunchStatus launch_schedule<Traits_qlen1_kv64>(const LaunchContext&, const SchedArgs&);
+extern template LaunchStatus launch_compact_build<Traits_qlen1_kv64>(const LaunchContext&, const CompactArgs&);
+extern template LaunchStatus launch_compact_expand<Traits_qlen1_kv64>(const LaunchContext&, const CompactArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen1_kv64>(const LaunchContext&, const KernelArgs&);
 extern template LaunchStatus logits_ctas_per_sm<Traits_qlen1_kv64>(int*);
 // The tunables sm90 declares, as instance qlen2_kv64 sets them.
@@ -43,6 +49,8 @@ struct Tunables_qlen2_kv64 {
 };
 using Traits_qlen2_kv64 = Traits<InstanceTraits<2, 64, 132, 448>, Tunables_qlen2_kv64>;
 extern template LaunchStatus launch_schedule<Traits_qlen2_kv64>(const LaunchContext&, const SchedArgs&);
+extern template LaunchStatus launch_compact_build<Traits_qlen2_kv64>(const LaunchContext&, const CompactArgs&);
+extern template LaunchStatus launch_compact_expand<Traits_qlen2_kv64>(const LaunchContext&, const CompactArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen2_kv64>(const LaunchContext&, const KernelArgs&);
 extern template LaunchStatus logits_ctas_per_sm<Traits_qlen2_kv64>(int*);
 // The tunables sm90 declares, as instance qlen4_kv64 sets them.
@@ -57,6 +65,8 @@ struct Tunables_qlen4_kv64 {
 };
 using Traits_qlen4_kv64 = Traits<InstanceTraits<4, 64, 132, 448>, Tunables_qlen4_kv64>;
 extern template LaunchStatus launch_schedule<Traits_qlen4_kv64>(const LaunchContext&, const SchedArgs&);
+extern template LaunchStatus launch_compact_build<Traits_qlen4_kv64>(const LaunchContext&, const CompactArgs&);
+extern template LaunchStatus launch_compact_expand<Traits_qlen4_kv64>(const LaunchContext&, const CompactArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen4_kv64>(const LaunchContext&, const KernelArgs&);
 extern template LaunchStatus logits_ctas_per_sm<Traits_qlen4_kv64>(int*);
 

@@ -4,7 +4,7 @@
     logits = fp8_fp4_paged_mqa_logits((q, q_sf), kv_cache, weights, context_lens,   # once per layer
                                       block_table, schedule, max_context_len)
 
-Mapping onto mx.plan / mx.pa_mqa_logits_mxfp4, all by views (nothing is copied):
+Mapping onto mx.compact_schedule / mx.pa_mqa_logits_compact, all by views (nothing is copied):
 - q packed FP4, int8 or uint8 [B, next_n, H, D/2] -> uint8 [B*next_n, H, D/2]; row b*next_n + j.
 - q_sf int32 [B, next_n, H], four E8M0 bytes per int32, block i in byte i (little-endian: the
   int32 view of uint8 [.., 4]) -> uint8 [B*next_n, H, D/32].
@@ -13,11 +13,11 @@ Mapping onto mx.plan / mx.pa_mqa_logits_mxfp4, all by views (nothing is copied):
   sizes the page, its rows are not tokens. -> kv_cache [num_blocks, 64, D/2] and kv_scale
   [num_blocks, 64, D/32], views with page stride kv_cache.stride(0) (any, e.g. a layer's slice).
 - context_lens int32 [B]: row j of sequence b sees KV positions [0, c_b - next_n + 1 + j);
-  [B, next_n]: row j sees [0, context_lens[b, j]). A row whose end is <= 0 (a pad sequence has
-  c_b = 0) reads nothing. These are the op's local_ends; row_to_batch is b, and cu_seq_q
-  [0, next_n, 2*next_n, ...] cuts tiles at sequence boundaries.
-- schedule_meta: the MqaLogitsPlan built from those windows (mx.plan), not DeepGEMM's int32
-  [num_sms + 1, 2]; build it once per step and pass it to every layer.
+  [B, next_n]: row j sees [0, context_lens[b, j]), in any order within a sequence. A row whose end
+  is <= 0 (a pad sequence has c_b = 0) reads nothing. Block table row b.
+- schedule_meta: int32 [num_sms + 1, 2] as DeepGEMM's, where each CTA starts (sequence, unit): the
+  compact schedule; build it once per step (it does not depend on next_n) and pass it, or a copy of
+  it, to every layer.
 - weights fp32 [B*next_n, H], block_table int32 [B, >= block_table_width(max_context_len)],
   max_context_len: passed through. Returns fp32 [B*next_n, max_context_len]; clean_logits=True
   fills cells outside the windows with -inf (allowed here with 2-D context_lens too), False leaves
@@ -31,10 +31,9 @@ from __future__ import annotations
 import torch
 
 from ..arch import arch_of
+from ..compact import compact_schedule, pa_mqa_logits_compact
 from ..layouts import NATURAL, arch_layout
-from .indexer import table_shape, variant_for
-from ..op import pa_mqa_logits_mxfp4
-from ..plan import MqaLogitsBuffers, MqaLogitsPlan, plan, plan_buffers
+from .indexer import table_shape
 
 
 def fp4_q_views(q_fp4: torch.Tensor, q_sf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -71,54 +70,21 @@ def fused_kv_views(kv_cache: torch.Tensor, head_dim: int) -> tuple[torch.Tensor,
     return values, scales
 
 
-def context_windows(context_lens: torch.Tensor, next_n: int) -> torch.Tensor:
-    """int32 [B*next_n] window ends (exclusive) of DeepGEMM's context_lens, [B] or [B, next_n]."""
-    if context_lens.dim() == 2:
-        if context_lens.shape[1] != next_n:
-            raise ValueError(f"mxlogits: context_lens: expected [B, {next_n}], found {tuple(context_lens.shape)}")
-        return context_lens.reshape(-1).to(torch.int32)
-    if context_lens.dim() != 1:
-        raise ValueError(f"mxlogits: context_lens: expected [B] or [B, next_n], found {tuple(context_lens.shape)}")
-    j = torch.arange(next_n, device=context_lens.device, dtype=torch.int32)
-    return (context_lens.to(torch.int32)[:, None] - next_n + 1 + j).reshape(-1)
-
-
 def get_paged_mqa_logits_metadata(
     context_lens: torch.Tensor,
     block_kv: int,
-    num_sms: int | None = None,
+    num_sms: int,
     indices: torch.Tensor | None = None,
-    *,
-    next_n: int | None = None,
-    variant=None,
-    buffers: MqaLogitsBuffers | None = None,
-) -> MqaLogitsPlan:
-    """The step's schedule from context_lens ([B], or [B, next_n] which also gives next_n).
-
-    block_kv must be the table's page size. num_sms is accepted for the call shape and not used:
-    the grid is the instance's cta_resident (tuned per variant), at most one wave of the device;
-    plan_buffers(num_ctas=) overrides.
-    next_n (1-D context_lens; default 1) sets the rows per sequence. variant: default
-    variant_for(device, next_n). buffers: persistent plan_buffers(device, B*next_n, B, variant) to
-    build into (for CUDA graphs); default: new ones. Build it every step: it depends on context_lens.
-    """
+) -> torch.Tensor:
+    """The step's schedule from context_lens ([B], or [B, next_n]): int32 [num_sms + 1, 2], the shape of
+    DeepGEMM's metadata (mxlogits.compact_schedule: where each of num_sms CTAs starts). One launch on
+    the current stream, no host sync; a copy into a persistent buffer is as good as the original.
+    block_kv must be the table's page size. Build it every step: it depends on context_lens."""
     if indices is not None:
         raise NotImplementedError("mxlogits: indices (DeepGEMM's varlen decode) is not supported")
     if block_kv != table_shape()[2]:
         raise ValueError(f"mxlogits: block_kv: expected the page size {table_shape()[2]}, found {block_kv}")
-    if context_lens.dim() == 2:
-        if next_n not in (None, context_lens.shape[1]):
-            raise ValueError(f"mxlogits: next_n: {next_n} given, but context_lens is {tuple(context_lens.shape)}")
-        next_n = context_lens.shape[1]
-    next_n = next_n or 1
-    batch = context_lens.shape[0]
-    device, rows = context_lens.device, batch * next_n
-    if buffers is None:
-        buffers = plan_buffers(device, rows, batch, variant or variant_for(device, next_n))
-    cu_seq_q = (torch.arange(batch + 1, device=device) * next_n).to(torch.int32)
-    row_to_batch = (torch.arange(rows, device=device) // next_n).to(torch.int32)
-    ends = context_windows(context_lens, next_n)
-    return plan(cu_seq_q, ends, buffers=buffers, total_q=rows, row_to_batch=row_to_batch)
+    return compact_schedule(context_lens, num_sms)
 
 
 def fp8_fp4_paged_mqa_logits(
@@ -127,21 +93,24 @@ def fp8_fp4_paged_mqa_logits(
     weights: torch.Tensor,
     context_lens: torch.Tensor,
     block_table: torch.Tensor,
-    schedule_meta: MqaLogitsPlan,
+    schedule_meta: torch.Tensor,
     max_context_len: int,
     clean_logits: bool = False,
     logits_dtype: torch.dtype = torch.float32,
     indices: torch.Tensor | None = None,
+    *,
+    variant=None,
 ) -> torch.Tensor:
-    """fp32 [B*next_n, max_context_len] logits (module docstring: the mapping). The windows are
-    those schedule_meta was built from (get_paged_mqa_logits_metadata with these context_lens)."""
+    """fp32 [B*next_n, max_context_len] logits (module docstring: the mapping). schedule_meta: what
+    get_paged_mqa_logits_metadata built from these context_lens (or a copy of it). variant: the
+    instance (default: mxlogits.variant_for(device, next_n))."""
     if indices is not None:
         raise NotImplementedError("mxlogits: indices (DeepGEMM's varlen decode) is not supported")
     if logits_dtype != torch.float32:
         raise ValueError(f"mxlogits: logits_dtype: only torch.float32 is supported, found {logits_dtype}")
-    if not isinstance(schedule_meta, MqaLogitsPlan):
+    if not isinstance(schedule_meta, torch.Tensor):
         raise TypeError(
-            "mxlogits: schedule_meta: expected the MqaLogitsPlan of get_paged_mqa_logits_metadata "
+            "mxlogits: schedule_meta: expected the int32 [num_sms + 1, 2] tensor of get_paged_mqa_logits_metadata "
             f"(mxlogits.integrations.deepgemm), found {type(schedule_meta).__name__}"
         )
     q_fp4, q_sf = q
@@ -154,15 +123,14 @@ def fp8_fp4_paged_mqa_logits(
         )
     q_rows, q_scale = fp4_q_views(q_fp4, q_sf)
     b, n = q_fp4.shape[:2]
-    if context_lens.shape[0] != b or schedule_meta.num_rows != b * n:
-        raise ValueError(
-            f"mxlogits: schedule_meta: built for {schedule_meta.num_rows} rows, but q holds B={b} x next_n={n} "
-            f"(context_lens {tuple(context_lens.shape)}); pass next_n= or 2-D context_lens to the metadata call"
-        )
+    if not isinstance(context_lens, torch.Tensor) or context_lens.dim() not in (1, 2) or context_lens.shape[0] != b:
+        found = tuple(context_lens.shape) if isinstance(context_lens, torch.Tensor) else type(context_lens).__name__
+        raise ValueError(f"mxlogits: context_lens: expected [{b}] or [{b}, {n}] (q is [B, next_n, ...]), found {found}")
     values, scales = fused_kv_views(kv_cache, q_fp4.shape[3] * 2)
     out = torch.empty((b * n, max_context_len), dtype=torch.float32, device=q_fp4.device)
     if clean_logits:
         out.fill_(float("-inf"))
-    return pa_mqa_logits_mxfp4(
-        q_rows, q_scale, values, scales, block_table, weights, schedule_meta, max_context_len, out=out
-    )
+    return pa_mqa_logits_compact(
+        q_rows, q_scale, values, scales, block_table, weights, context_lens, schedule_meta, max_context_len,
+        next_n=n, variant=variant, out=out,
+    )  # fmt: skip

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from ..arch import arch_of
 from ..layouts import arch_layout, fused_views, gather_tokens, page_rows, scatter_tokens, to_layout
-from ..manifest import MqaLogitsVariant, default_variant, manifest, variants
+from ..manifest import MqaLogitsVariant, manifest, variant_for_rows
 from ..mxfp4 import quantize_mxfp4
 from ..op import pa_mqa_logits_mxfp4
 from ..paged_cache import fused_kv_cache
@@ -76,12 +76,8 @@ def write_kv_in_graph(
 
 def variant_for(device: torch.device | str, rows_per_sequence: int) -> MqaLogitsVariant:
     """The instance for a forward whose sequences have about `rows_per_sequence` query rows (next_n at
-    decode, the chunk length at prefill): the largest q_per_block not above it, so tiles are full and
-    the rows of a tile share each KV chunk; the arch default among equals, else the first in the table."""
-    arch = arch_of(device)
-    best = max(v.q_per_block for v in variants(arch) if v.q_per_block <= max(rows_per_sequence, 1))
-    default = default_variant(arch)
-    return default if default.q_per_block == best else next(v for v in variants(arch) if v.q_per_block == best)
+    decode, the chunk length at prefill): manifest.variant_for_rows on the device's arch."""
+    return variant_for_rows(arch_of(device), rows_per_sequence)
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,7 +1,8 @@
 """mxlogits.deepgemm_compat on every variant of every present arch: DeepGEMM-layout inputs built
 byte by byte from the layout notes (fused FP4 pages [blocks, 64, 1, D/2 + 4], int32-packed E8M0
-query scales), 1-D and 2-D context_lens at next_n 1 and 2 with pad sequences, against
-mx.reference_logits on the natural layout; views without copies; errors; torch.compile."""
+query scales), 1-D and 2-D context_lens (rows of a sequence in any order) at next_n 1, 2 and 6 with
+pad sequences, against mx.reference_logits on the natural layout; the metadata as DeepGEMM's int32
+[num_sms + 1, 2], copied into a persistent buffer; views without copies; errors; torch.compile."""
 
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def windows(lens, next_n, two_d):
 
 
 @pytest.mark.parametrize("two_d", [False, True], ids=["lens_1d", "lens_2d"])
-@pytest.mark.parametrize("next_n", [1, 2])
+@pytest.mark.parametrize("next_n", [1, 2, 6])
 def test_adapter_matches_reference(variant, next_n, two_d):
     device = device_of(variant)
     if mx.layouts.arch_layout(variant.arch) != "natural":
@@ -67,19 +68,26 @@ def test_adapter_matches_reference(variant, next_n, two_d):
     max_len = max(contexts) + 3  # a ragged width: cells past every window stay -inf
     dg_args, natural = dg_inputs(contexts, next_n, device, max_len=max_len, page_pad=64)
     q, q_sf, kv_cache, weights, block_table = dg_args
-    if two_d:  # MTP rows ending at c - next_n + 1 + j, except one row a step behind (still non-decreasing)
-        lens = [[max(c - next_n + 1 + j, 0) for j in range(next_n)] for c in contexts]
-        lens[0][0] -= 1
+    if two_d:  # each row its own end, in no order within a sequence (DeepGEMM's test draws them at random)
+        g = torch.Generator().manual_seed(next_n)
+        lens = [[int(torch.randint(0, c + 1, (), generator=g)) for _ in range(next_n)] for c in contexts]
     else:
         lens = contexts
     context_lens = torch.tensor(lens, dtype=torch.int32, device=device)
-    meta = dg.get_paged_mqa_logits_metadata(context_lens, PAGE, 132, next_n=next_n, variant=variant)
-    out = dg.fp8_fp4_paged_mqa_logits((q, q_sf), kv_cache, weights, context_lens, block_table, meta, max_len, True)
+    num_sms = 7  # a grid that splits long sequences over CTAs and puts several short ones on one
+    meta = dg.get_paged_mqa_logits_metadata(context_lens, PAGE, num_sms)
+    assert meta.dtype == torch.int32 and meta.shape == (num_sms + 1, 2)
+    persistent = torch.full((num_sms + 1, 2), -1, dtype=torch.int32, device=device)
+    persistent[: meta.shape[0]] = meta  # what vLLM does with DeepGEMM's metadata
+    call = lambda m, clean=False: dg.fp8_fp4_paged_mqa_logits(  # noqa: E731
+        (q, q_sf), kv_cache, weights, context_lens, block_table, m, max_len, clean, variant=variant
+    )
+    out = call(persistent, True)
     ends = torch.tensor(windows(lens, next_n, two_d), dtype=torch.int32)
     rows = torch.arange(len(contexts) * next_n, dtype=torch.int32) // next_n
     ref = mx.reference_logits(*[t.cpu() for t in natural], ends, max_len, row_to_batch=rows)
     assert_matches(out, ref.to(device), variant)
-    unclean = dg.fp8_fp4_paged_mqa_logits((q, q_sf), kv_cache, weights, context_lens, block_table, meta, max_len)
+    unclean = call(meta)
     inside = ~torch.isneginf(ref.to(device))
     assert torch.equal(unclean[inside], out[inside])
 
@@ -100,18 +108,28 @@ def test_views_do_not_copy(arch):
 def test_errors_name_the_argument():
     (q, q_sf, kv_cache, weights, block_table), _ = dg_inputs([100, 50], 2, "cpu")
     lens = torch.tensor([100, 50], dtype=torch.int32)
-    meta = dg.get_paged_mqa_logits_metadata(lens, PAGE, 132, next_n=2)
+    meta = dg.get_paged_mqa_logits_metadata(lens, PAGE, 132)
     call = lambda *a, **kw: dg.fp8_fp4_paged_mqa_logits(*a, **kw)  # noqa: E731
     with pytest.raises(ValueError, match="block_kv"):
         dg.get_paged_mqa_logits_metadata(lens, 32, 132)
-    with pytest.raises(ValueError, match="next_n"):
-        dg.get_paged_mqa_logits_metadata(lens.view(2, 1).expand(2, 2), PAGE, 132, next_n=1)
+    with pytest.raises(RuntimeError, match="context_lens: expected a contiguous int32"):
+        dg.get_paged_mqa_logits_metadata(lens.view(2, 1).expand(2, 2), PAGE, 132)
+    with pytest.raises(RuntimeError, match="context_lens: expected dtype int32"):
+        dg.get_paged_mqa_logits_metadata(lens.long(), PAGE, 132)
+    with pytest.raises(ValueError, match="num_sms"):
+        dg.get_paged_mqa_logits_metadata(lens, PAGE, 0)
     with pytest.raises(NotImplementedError, match="indices"):
         dg.get_paged_mqa_logits_metadata(lens, PAGE, 132, indices=lens)
     with pytest.raises(TypeError, match="schedule_meta"):
-        call((q, q_sf), kv_cache, weights, lens, block_table, torch.zeros(133, 2, dtype=torch.int32), 100)
-    with pytest.raises(ValueError, match="schedule_meta: built for 2 rows"):
-        call((q, q_sf), kv_cache, weights, lens, block_table, dg.get_paged_mqa_logits_metadata(lens, PAGE, 132), 100)
+        call((q, q_sf), kv_cache, weights, lens, block_table, object(), 100)
+    with pytest.raises(RuntimeError, match=r"schedule_meta: expected a contiguous int32 \[num_ctas \+ 1, 2\]"):
+        call((q, q_sf), kv_cache, weights, lens, block_table, meta.view(-1), 100)
+    with pytest.raises(RuntimeError, match="schedule_meta: expected dtype int32"):
+        call((q, q_sf), kv_cache, weights, lens, block_table, meta.long(), 100)
+    with pytest.raises(ValueError, match=r"context_lens: expected \[2\] or \[2, 2\]"):
+        call((q, q_sf), kv_cache, weights, lens[:1], block_table, meta, 100)
+    with pytest.raises(ValueError, match=r"context_lens: expected \[B\] or \[B, next_n=2\], found \(2, 1\)"):
+        call((q, q_sf), kv_cache, weights, lens.view(2, 1), block_table, meta, 100)
     with pytest.raises(ValueError, match="q_sf"):
         call((q, None), kv_cache, weights, lens, block_table, meta, 100)
     with pytest.raises(ValueError, match="logits_dtype"):
@@ -138,7 +156,7 @@ def test_adapter_compiles_fullgraph(arch):
         return
     (q, q_sf, kv_cache, weights, block_table), _ = dg_inputs([300, 0, 129], 2, device)
     lens = torch.tensor([300, 0, 129], dtype=torch.int32, device=device)
-    meta = dg.get_paged_mqa_logits_metadata(lens, PAGE, 132, next_n=2)
+    meta = dg.get_paged_mqa_logits_metadata(lens, PAGE, 132)
     args = ((q, q_sf), kv_cache, weights, lens, block_table, meta, 300, True)
     torch._dynamo.reset()
     got = torch.compile(dg.fp8_fp4_paged_mqa_logits, fullgraph=True, backend="aot_eager")(*args)
