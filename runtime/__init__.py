@@ -11,11 +11,11 @@ Usage, once per pool / forward / layer:
     out = mxlogits.pa_mqa_logits_mxfp4(q, q_scale, kv_cache, kv_scale, block_tables, weights, plan, max_seq_len)
 
 Caller contract (the op cannot check these):
-1. Within a tile (q_per_block consecutive rows of one sequence), windows are non-decreasing in row.
-2. Windows end at or before out.shape[1] and max_seq_len.
-3. A row that belongs to no live sequence has an empty window (local_ends <= local_starts);
+1. Windows end at or before out.shape[1] and max_seq_len.
+2. A row that belongs to no live sequence has an empty window (local_ends <= local_starts);
    only such a row may have a negative row_to_batch. Such rows read and write nothing.
-4. At q_per_block > 1, cu_seq_q[batch] <= total_q.
+3. At q_per_block > 1, cu_seq_q[batch] <= total_q.
+Windows may lie in any order, within a tile too.
 Everything else is checked before any launch and raises naming the argument. Cells outside
 each row's window are never written.
 

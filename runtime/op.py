@@ -35,11 +35,11 @@ def pa_mqa_logits_mxfp4(
     block_table_width(max_seq_len)]; out fp32 [>= T, >= max_seq_len], last dim contiguous.
 
     Caller contract (the op cannot check these; docs/contract.md):
-    1. within a tile (q_per_block rows of one sequence) windows are non-decreasing in row;
-    2. windows end at or before out.shape[1] and max_seq_len;
-    3. a row of no live sequence has an empty window, and only such a row may have a
+    1. windows end at or before out.shape[1] and max_seq_len;
+    2. a row of no live sequence has an empty window, and only such a row may have a
        negative row_to_batch;
-    4. at q_per_block > 1, cu_seq_q[batch] <= total_q.
+    3. at q_per_block > 1, cu_seq_q[batch] <= total_q.
+    Windows may lie in any order, within a tile too (a tile reads their union).
     Everything else is checked before any launch (and before `out` is allocated) and raises naming
     the argument; a plan built with the checked mode (plan(validate=True) or MXLOGITS_VALIDATE=1)
     also has the contract and every page id its windows read checked here, with one host sync.

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .arch import arch_of, normalize_device
-from .manifest import MqaLogitsVariant, manifest, resolve_variant, variants
+from .manifest import MqaLogitsVariant, manifest, resolve_variant
 from .ops import ops
 from .validate import CheckedWindows, check_plan, validate_enabled
 
@@ -223,17 +223,10 @@ def block_table_width(
     *,
     device: torch.device | str | int | None = None,
 ) -> int:
-    """Columns block_tables needs for windows ending at or before `max_seq_len`:
-    ceil(max_seq_len / block_k) * (block_k / page_size), since a CTA reads every page of its
-    last chunk. An MqaLogitsVariant makes this pure arithmetic (no device probe, no build);
-    a name or None needs the arch of `device` (default: the current CUDA device if any, else
-    cpu), and None gives the widest of that arch's variants."""
+    """Columns block_tables needs for windows ending at or before `max_seq_len`: ceil(max_seq_len /
+    page_size), what serving stacks allocate, for every variant (no CTA reads a page past its rows'
+    windows). Pure arithmetic: no device probe, no build; `variant` and `device` are accepted for the
+    callers of the earlier, per-variant rule and change nothing."""
     count_arg(max_seq_len, "max_seq_len", 0)
-    if isinstance(variant, MqaLogitsVariant):
-        candidates = [resolve_variant(variant, variant.arch)]
-    else:
-        dev = device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
-        arch = arch_of(dev)
-        candidates = list(variants(arch)) if variant is None else [resolve_variant(variant, arch)]
-    page = manifest().page_size
-    return max(-(-max_seq_len // v.block_k) * (v.block_k // page) for v in candidates)
+    del variant, device
+    return -(-max_seq_len // manifest().page_size)

@@ -64,7 +64,7 @@ def _cu_seq_q(cu: list[int], num_rows: int) -> None:
     if cu[-1] > num_rows:
         raise ValueError(
             f"mxlogits: cu_seq_q[{len(cu) - 1}] = {cu[-1]}: expected <= total_q = {num_rows} "
-            f"(caller contract 4: the sequences' rows are rows of the plan)"
+            f"(caller contract 3: the sequences' rows are rows of the plan)"
         )
 
 
@@ -81,7 +81,7 @@ def check_plan(
     local_starts: torch.Tensor | None,
     row_to_batch: torch.Tensor | None,
 ) -> CheckedWindows:
-    """Contracts 1, 3 and 4 and cu_seq_q of a plan's inputs (already shape-checked); returns the
+    """Contracts 2 and 3 and cu_seq_q of a plan's inputs (already shape-checked); returns the
     windows the op checks against its own inputs."""
     _refuse_capture(local_ends.device)
     cut = q_per_block > 1
@@ -94,7 +94,6 @@ def check_plan(
     if cut:
         _cu_seq_q(cu, num_rows)
     checked: list[tuple[int, int, int, int]] = []
-    previous: dict[int, int] = {}  # tile (its first row) -> its last row with a non-empty window
     for r in range(num_rows):
         start = max(starts[r], 0) if starts else 0
         if ends[r] <= start:
@@ -103,7 +102,7 @@ def check_plan(
             if not cu[0] <= r < cu[-1]:
                 raise ValueError(
                     f"mxlogits: local_ends[{r}] = {ends[r]}: row {r} belongs to no sequence of cu_seq_q (its rows are "
-                    f"[{cu[0]}, {cu[-1]})), so its window must be empty (caller contract 3), found "
+                    f"[{cu[0]}, {cu[-1]})), so its window must be empty (caller contract 2), found "
                     f"{_window(starts, ends, r)}"
                 )
             owner = bisect.bisect_right(cu, r) - 1  # the sequence holding row r
@@ -120,19 +119,9 @@ def check_plan(
             where = f"row_to_batch[{r}] = {seq}" if rtb else f"row {r}"
             raise ValueError(
                 f"mxlogits: {where}: expected a sequence in [0, {batch}) for row {r}, whose window "
-                f"{_window(starts, ends, r)} is not empty (caller contract 3: only a row with an empty window may "
+                f"{_window(starts, ends, r)} is not empty (caller contract 2: only a row with an empty window may "
                 f"belong to no sequence)"
             )
-        if cut and first in previous:
-            p = previous[first]
-            p_start = max(starts[p], 0) if starts else 0
-            if start < p_start or ends[r] < ends[p]:
-                raise ValueError(
-                    f"mxlogits: local_starts/local_ends[{r}] = {_window(starts, ends, r)}: expected a window starting "
-                    f"and ending no earlier than row {p}'s {_window(starts, ends, p)}, in the same tile (caller "
-                    f"contract 1: within a tile windows are non-decreasing in row index)"
-                )
-        previous[first] = r
         checked.append((r, start, ends[r], seq))
     columns = torch.tensor(checked, dtype=torch.int64).reshape(-1, 4).T
     return CheckedWindows(*columns)
@@ -141,14 +130,14 @@ def check_plan(
 def check_launch(
     windows: CheckedWindows, block_tables: torch.Tensor, num_pages: int, page_size: int, max_seq_len: int
 ) -> None:
-    """Contract 2 and every page id a window reads (block_tables already shape-checked)."""
+    """Contract 1 and every page id a window reads (block_tables already shape-checked)."""
     _refuse_capture(block_tables.device)
     late = (windows.ends > max_seq_len).nonzero()
     if late.numel():
         i = int(late[0])
         raise ValueError(
             f"mxlogits: local_ends[{int(windows.rows[i])}] = {int(windows.ends[i])}: expected <= max_seq_len = "
-            f"{max_seq_len} (caller contract 2: windows end at or before max_seq_len)"
+            f"{max_seq_len} (caller contract 1: windows end at or before max_seq_len)"
         )
     if windows.rows.numel() == 0:
         return

@@ -74,8 +74,8 @@ def main() -> None:
     floor = graph_us(lambda: torch.cuda._sleep(0))  # a graph of one empty kernel: the timer's floor
     print(f"{torch.cuda.get_device_name(device)}, {sms} SMs; a graph of one empty kernel replays in {floor:.1f} µs")
     print("| B | ctx | next_n | variant | metadata µs (graph) | plan µs (graph) | op on plan µs | op on compact µs | ratio |"
-          " op on plan, graph µs | op on compact, graph µs |")
-    print("|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|")
+          " op on plan, graph µs | op on compact, graph µs | op on plan, bf16 out µs |")
+    print("|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|")
     for batch, context, next_n in SHAPES:
         case, lens = decode_case(batch, context, next_n, "cuda")
         variant = mx.variant_for(device, next_n)
@@ -89,13 +89,18 @@ def main() -> None:
         on_compact = lambda: mx.pa_mqa_logits_compact(  # noqa: E731
             *inputs, lens, meta, case.max_seq_len, next_n=next_n, variant=variant, out=out_compact
         )
+        out_bf16 = out_plan.to(torch.bfloat16)
+        on_plan_bf16 = lambda: mx.pa_mqa_logits_mxfp4(*inputs, plan, case.max_seq_len, out=out_bf16)  # noqa: E731
         on_plan()
         on_compact()
+        on_plan_bf16()
         torch.cuda.synchronize()
+        assert torch.equal(out_bf16.nan_to_num(0, 1, -1), out_plan.to(torch.bfloat16).nan_to_num(0, 1, -1))
         assert torch.equal(out_plan.isnan(), out_compact.isnan())
         diff = (out_plan - out_compact).abs().nan_to_num(0.0).max().item()
         plan_us = statistics.median(call_seconds([on_plan], device, args.repeats)) * 1e6
         compact_us = statistics.median(call_seconds([on_compact], device, args.repeats)) * 1e6
+        bf16_us = statistics.median(call_seconds([on_plan_bf16], device, args.repeats)) * 1e6
         meta_graph = graph_us(lambda: mx.compact_schedule(lens, sms, out=meta))
         spare = mx.plan_buffers(device, batch * next_n, batch, variant)  # the op's plan stays current
         plan_graph = graph_us(
@@ -105,9 +110,10 @@ def main() -> None:
         plan_op_graph = f"{graph_us(on_plan):.1f}" if small else ""
         compact_op_graph = f"{graph_us(on_compact):.1f}" if small else ""
         print(f"| {batch} | {context} | {next_n} | {variant.name} | {meta_graph:.1f} | {plan_graph:.1f} | "
-              f"{plan_us:.1f} | {compact_us:.1f} | {compact_us / plan_us:.3f} | {plan_op_graph} | {compact_op_graph} |"
+              f"{plan_us:.1f} | {compact_us:.1f} | {compact_us / plan_us:.3f} | {plan_op_graph} | {compact_op_graph} | "
+              f"{bf16_us:.1f} |"
               f"  max |plan - compact| {diff:.2e}")  # fmt: skip
-        del case, plan, buffers, spare, out_plan, out_compact
+        del case, plan, buffers, spare, out_plan, out_compact, out_bf16
         torch.cuda.empty_cache()
     graph_sequence(device, sms)
 

@@ -42,7 +42,7 @@ PAD = 8  # columns of the buffer left of out
 
 
 def windows_of(rng: random.Random, context: int, rows: int) -> list[tuple[int, int]]:
-    """`rows` windows over `context` keys, non-decreasing (caller contract 1): causal or offset."""
+    """`rows` windows over `context` keys, non-decreasing: causal or offset."""
     if rng.random() < 0.5:
         return [(0, max(context - rows + j + 1, 1)) for j in range(rows)]
     ends = sorted(rng.randint(1, context) for _ in range(rows))

@@ -40,11 +40,19 @@ struct InstanceTraits {
   static constexpr int BLOCK_K = BK;          // tokens per chunk
   static constexpr int CTA_RESIDENT = CTA_RES;  // default grid (CTAs) of the schedule
   static constexpr int PAGES_PER_CHUNK = BK / kPageSize;
+  static constexpr bool BF16_OUT = false;     // this kernel writes fp32 logits (Bf16Out: bf16)
   // The schedule's weight of a tile's setup (setup_tokens), in chunks: SchedArgs::setup_chunks.
   static constexpr int SETUP_CHUNKS = int((int64_t(SETUP) + BK - 1) / BK);
   static_assert(QPB >= 1 && CTA_RES >= 1, "q_per_block and cta_resident are >= 1");
   static_assert(SETUP >= 0, "setup_tokens is >= 0");
   static_assert(BK > 0 && BK % kPageSize == 0, "block_k is a positive multiple of the page size");
+};
+
+// The same instance writing bf16 logits (KernelArgs::out_bf16): a kernel of its own, so the fp32 one
+// keeps its code. An arch whose traits say WRITES_BF16 launches it.
+template <class T>
+struct Bf16Out : T {
+  static constexpr bool BF16_OUT = true;
 };
 
 // One unit of work: a tile (up to q_per_block consecutive rows of one sequence) and a
@@ -92,7 +100,7 @@ struct KernelArgs {
   const uint8_t* kv_scale;  // page p at kv_scale + p * kv_scale_page_stride: [PAGE, D/32]
   const int32_t* block_tables;  // [num_seqs, block_table_stride]
   const void* weights;  // [>=num_rows, H] fp32, or bf16 when weights_bf16
-  float* out;  // row r at out + r * out_row_stride
+  float* out;  // row r at out + r * out_row_stride: fp32, or bf16 when out_bf16 (records::out_row)
   const int32_t* local_starts;  // [>=num_rows], or null: every window starts at 0
   const int32_t* local_ends;  // [>=num_rows]
   const int32_t* cta_info;  // [num_records, kRecordInts]
@@ -110,6 +118,7 @@ struct KernelArgs {
   int32_t max_seq_len;  // no token at or past it is read or written
   float weight_scale;
   int32_t weights_bf16;
+  int32_t out_bf16;  // out holds bf16: only a kernel of Bf16Out<instance> is launched
 };
 static_assert(offsetof(KernelArgs, q) == 0, "KernelArgs ABI");
 static_assert(offsetof(KernelArgs, q_scale) == 8, "KernelArgs ABI");
@@ -135,7 +144,8 @@ static_assert(offsetof(KernelArgs, block_table_width) == 136, "KernelArgs ABI");
 static_assert(offsetof(KernelArgs, max_seq_len) == 140, "KernelArgs ABI");
 static_assert(offsetof(KernelArgs, weight_scale) == 144, "KernelArgs ABI");
 static_assert(offsetof(KernelArgs, weights_bf16) == 148, "KernelArgs ABI");
-static_assert(sizeof(KernelArgs) == 152, "KernelArgs ABI");
+static_assert(offsetof(KernelArgs, out_bf16) == 152, "KernelArgs ABI");
+static_assert(sizeof(KernelArgs) == 160, "KernelArgs ABI");
 
 
 // Arguments of the schedule build (docs/schedule.md). `scratch` holds, in order: at q_per_block > 1

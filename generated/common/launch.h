@@ -19,4 +19,8 @@ struct LaunchStatus {
   const char* what;
 };
 
+// What the launch of a body that writes fp32 logits only (traits WRITES_BF16 false) returns for a bf16
+// out, which the launcher refuses before: a second guard, never the first.
+inline constexpr LaunchStatus kFp32OutOnly{-1, "this body writes fp32 logits only (KernelArgs::out_bf16 set)"};
+
 }  // namespace mxlogits

@@ -93,4 +93,32 @@ MXL_HD inline float weight(const KernelArgs& a, int64_t i) {
   return weight_of_bits(weight_bits(a, i, a.weights_bf16), a.weights_bf16);
 }
 
+// Row `row` of out as a float* whatever its dtype (kBf16: its cells are bf16, which store_cell writes).
+template <bool kBf16>
+MXL_HD inline float* out_row(const KernelArgs& a, int64_t row) {
+  if constexpr (kBf16) {
+    return reinterpret_cast<float*>(reinterpret_cast<uint16_t*>(a.out) + row * a.out_row_stride);
+  } else {
+    return a.out + row * a.out_row_stride;
+  }
+}
+
+// v rounded to bf16, to nearest even (as torch's conversion), a NaN kept a quiet NaN.
+MXL_HD inline uint16_t bf16_bits(float v) {
+  uint32_t u;
+  memcpy(&u, &v, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);
+  return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+// Cell t of an out_row<kBf16>.
+template <bool kBf16>
+MXL_HD inline void store_cell(float* row, int64_t t, float v) {
+  if constexpr (kBf16) {
+    reinterpret_cast<uint16_t*>(row)[t] = bf16_bits(v);
+  } else {
+    row[t] = v;
+  }
+}
+
 }  // namespace mxlogits::records

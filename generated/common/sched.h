@@ -33,10 +33,9 @@ MXL_HD inline int64_t scratch_len(int64_t num_rows, int64_t batch, int q_per_blo
   return (q_per_block == 1 ? 0 : (batch + 1) + (tiles + 1)) + (tiles + 1);
 }
 MXL_HD inline int64_t num_records(int64_t tiles, int64_t num_ctas) { return tiles + num_ctas; }
-// Columns of block_tables a launch may read: a CTA reads every page of its last chunk.
-MXL_HD inline int64_t block_table_width(int64_t max_seq_len, int block_k) {
-  return (max_seq_len + block_k - 1) / block_k * (block_k / kPageSize);
-}
+// Columns of block_tables a launch may read: the pages of tokens below max_seq_len (a body reads no
+// page of its last chunk past its rows' windows, whatever block_k).
+MXL_HD inline int64_t block_table_width(int64_t max_seq_len) { return (max_seq_len + kPageSize - 1) / kPageSize; }
 
 // ---- scratch views --------------------------------------------------------------------------
 
@@ -100,7 +99,7 @@ MXL_HD inline Tile tile_at(const SchedArgs& a, int64_t t) {
   if (r1 <= r0) return tile;
   tile.row0 = r0;
   tile.rows = r1 - r0;
-  // Empty windows (pad rows, docs/contract.md, contract 3) do not widen the union.
+  // Empty windows (pad rows, docs/contract.md, contract 2) do not widen the union.
   int64_t s = 0, e = 0;
   bool any = false;
   for (int64_t r = r0; r < r1; ++r) {

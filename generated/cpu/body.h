@@ -68,7 +68,7 @@ struct alignas(64) Scratch {
 // TOKEN_GROUP; each Q vector is loaded once per TOKEN_GROUP tokens.
 template <class T>
 inline void score_row(const float (*q)[kHeads], const float* w, const float (*k)[kHeadDim], int64_t n,
-                      float* out) {
+                      float* out, int64_t first) {
   constexpr int TG = T::TOKEN_GROUP;
   const HeadVec zero{};
   for (int64_t g = 0; g < n; g += TG) {
@@ -86,7 +86,7 @@ inline void score_row(const float (*q)[kHeads], const float* w, const float (*k)
       }
     }
     const int64_t m = std::min<int64_t>(TG, n - g);
-    for (int64_t i = 0; i < m; ++i) out[g + i] = sum[i];
+    for (int64_t i = 0; i < m; ++i) records::store_cell<T::BF16_OUT>(out, first + g + i, sum[i]);
   }
 }
 
@@ -140,7 +140,7 @@ inline void run_record(const KernelArgs& a, const CtaRecord& rec, const records:
     load_k<T>(a, rec.batch_id, t0, t1, s);
     for (int64_t i = 0; i < rows; ++i) {
       const int64_t b = std::max(from[i], t0), e = std::min(to[i], t1);
-      if (b < e) score_row<T>(s.q[i], s.w[i], s.k + (b - t0), e - b, a.out + (rec.row_id + i) * a.out_row_stride + b);
+      if (b < e) score_row<T>(s.q[i], s.w[i], s.k + (b - t0), e - b, records::out_row<T::BF16_OUT>(a, rec.row_id + i), b);
     }
   }
 }
@@ -165,8 +165,10 @@ LaunchStatus launch_compact_expand(const LaunchContext&, const CompactArgs& args
   return {0, nullptr};
 }
 
+namespace body {
+
 template <class T>
-LaunchStatus launch_logits(const LaunchContext&, const KernelArgs& a) {
+void run_ctas(const KernelArgs& a) {
   static_assert(sizeof(body::Scratch<T>) <= T::SCRATCH_BUDGET,
                 "instance exceeds the cpu budget scratch_bytes in instances.yaml");
   const auto* ranges = reinterpret_cast<const CtaRange*>(a.cta_ranges);
@@ -179,6 +181,17 @@ LaunchStatus launch_logits(const LaunchContext&, const KernelArgs& a) {
           [&](const CtaRecord& r, const records::Span& span) { body::run_record<T>(a, r, span, *s); });
     }
   });
+}
+
+}  // namespace body
+
+template <class T>
+LaunchStatus launch_logits(const LaunchContext&, const KernelArgs& a) {
+  if (a.out_bf16) {
+    body::run_ctas<Bf16Out<T>>(a);
+  } else {
+    body::run_ctas<T>(a);
+  }
   return {0, nullptr};
 }
 

@@ -12,6 +12,7 @@ struct Traits : Instance, Tunables {
   static constexpr int64_t SCRATCH_BUDGET = 1048576;  // bytes per worker
   static constexpr int KV_ALIGN = 1;  // bytes: kv_cache/kv_scale pages may start anywhere
   static constexpr int Q_ALIGN = 1, Q_SCALE_ALIGN = 1;  // q and q_scale are read byte by byte
+  static constexpr bool WRITES_BF16 = true;  // out may hold bf16 (Bf16Out)
 };
 
 }  // namespace mxlogits::cpu

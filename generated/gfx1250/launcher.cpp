@@ -233,7 +233,12 @@ void check_shapes(const LogitsInputs& in) {
   c.tensor(in.kv_scale, "kv_scale", e8m0, "uint8 or float8_e8m0fnu");
   c.tensor(in.block_tables, "block_tables", {at::kInt}, "int32");
   c.tensor(in.weights, "weights", {at::kFloat, at::kBFloat16}, "float32 or bfloat16");
-  if (in.out) c.tensor(*in.out, "out", {at::kFloat}, "float32");
+  if (in.out) {
+    c.tensor(*in.out, "out", {at::kFloat, at::kBFloat16}, "float32 or bfloat16");
+    ARG_CHECK(c, T::WRITES_BF16 || in.out->scalar_type() == at::kFloat, "out",
+              "expected dtype float32 (the gfx1250 body writes fp32 logits only), found %s",
+              c10::toString(in.out->scalar_type()));
+  }
   c.range(in.num_rows, "num_rows", 0, kInt32Max, "rows of the plan");
   c.range(in.max_seq_len, "max_seq_len", 0, kInt32Max, "tokens");
 
@@ -254,11 +259,10 @@ void check_shapes(const LogitsInputs& in) {
   ARG_CHECK(c, bt.dim() == 2 && bt.stride(1) == 1 && (bt.stride(0) >= bt.size(1) || bt.size(0) <= 1), "block_tables",
             "expected a 2-D tensor [batch, width] with contiguous rows, found shape %s strides %s",
             shape_of(bt.sizes()).s, shape_of(bt.strides()).s);
-  const int64_t width = sched::block_table_width(in.max_seq_len, T::BLOCK_K);
+  const int64_t width = sched::block_table_width(in.max_seq_len);
   ARG_CHECK(c, bt.size(1) >= width, "block_tables",
-            "expected at least %lld columns (block_table_width(max_seq_len=%lld) at block_k %d: a CTA reads every "
-            "page of its last chunk), found %lld", (long long)width, (long long)in.max_seq_len, T::BLOCK_K,
-            (long long)bt.size(1));
+            "expected at least %lld columns (block_table_width(max_seq_len=%lld): one per page of %d tokens), "
+            "found %lld", (long long)width, (long long)in.max_seq_len, kPageSize, (long long)bt.size(1));
   c.range(bt.size(0), "block_tables.shape[0]", 0, kInt32Max, "sequences");
   // The body's wide loads and bulk copies need aligned addresses (and page strides).
   c.aligned(in.kv_cache, "kv_cache", T::KV_ALIGN, true);
@@ -299,7 +303,7 @@ void run_logits(const LogitsInputs& in, double weight_scale) {
   a.kv_scale = static_cast<const uint8_t*>(in.kv_scale.const_data_ptr());
   a.block_tables = in.block_tables.const_data_ptr<int32_t>();
   a.weights = in.weights.const_data_ptr();
-  a.out = in.out->data_ptr<float>();
+  a.out = static_cast<float*>(in.out->data_ptr());  // bf16 cells when out_bf16 (records::out_row)
   a.local_starts = in.local_starts ? in.local_starts->const_data_ptr<int32_t>() : nullptr;
   a.local_ends = in.local_ends.const_data_ptr<int32_t>();
   a.cta_info = in.cta_info.const_data_ptr<int32_t>();
@@ -317,6 +321,7 @@ void run_logits(const LogitsInputs& in, double weight_scale) {
   a.max_seq_len = int32_t(in.max_seq_len);
   a.weight_scale = float(weight_scale);
   a.weights_bf16 = in.weights.scalar_type() == at::kBFloat16;
+  a.out_bf16 = in.out->scalar_type() == at::kBFloat16;
   check_launch(launch_logits<T>(launch_context(in.q.device()), a), "pa_mqa_logits_mxfp4");
 }
 

@@ -203,11 +203,16 @@ LaunchStatus allow_logits_bytes() {
 }
 
 template <class T>
-LaunchStatus launch_logits(const LaunchContext& ctx, const KernelArgs& a) {
+LaunchStatus launch_kernel_of(const LaunchContext& ctx, const KernelArgs& a) {
   const LaunchStatus allowed = allow_logits_bytes<T>();
   if (allowed.code != 0) return allowed;
   body::logits_kernel<T><<<a.num_ctas, T::THREADS, kLogitsBytes<T>, static_cast<cudaStream_t>(ctx.stream)>>>(a);
   return last_launch_status();
+}
+
+template <class T>
+LaunchStatus launch_logits(const LaunchContext& ctx, const KernelArgs& a) {
+  return a.out_bf16 ? launch_kernel_of<Bf16Out<T>>(ctx, a) : launch_kernel_of<T>(ctx, a);
 }
 
 template <class T>

@@ -59,8 +59,13 @@ __device__ inline void store_head_sums(const Shared<T>& sh, const float (&sums)[
   const TileRow& r = sh.rows[mine ? row : 0];
   const float scale = sh.wscale[mine ? row : 0];
   const int32_t t0 = token0 + r0, t1 = t0 + 8;
-  store_if(r.out + t0, (sums[0] + sums[1]) * scale * f0, mine && t0 >= r.from && t0 < r.to);
-  store_if(r.out + t1, (sums[2] + sums[3]) * scale * f1, mine && t1 >= r.from && t1 < r.to);
+  if constexpr (T::BF16_OUT) {  // spelled here: through a helper, the fp32 kernel's code moved
+    store_bf16_pair(r.out, t0, (sums[0] + sums[1]) * scale * f0, mine && t0 >= r.from && t0 < r.to,
+                    t1, (sums[2] + sums[3]) * scale * f1, mine && t1 >= r.from && t1 < r.to);
+  } else {
+    store_if(r.out + t0, (sums[0] + sums[1]) * scale * f0, mine && t0 >= r.from && t0 < r.to);
+    store_if(r.out + t1, (sums[2] + sums[3]) * scale * f1, mine && t1 >= r.from && t1 < r.to);
+  }
 }
 
 // Once a page's last head sum retires (its A and the page's fragments pinned live until then), its sums

@@ -155,7 +155,11 @@ __device__ inline void reduce_store(const Shared<T>& sh, const float (&d)[kRows 
     for (int u = 1; u < 4 && v0 + u < 2 * kRows; ++u) value = q == u ? sums[(v0 + u) / 2][u % 2] : value;
     const TileRow& row = sh.rows[first_row + v / 2];
     const int32_t token = token0 + r0 + 8 * (v % 2);
-    store_if(row.out + token, value, token >= row.from && token < row.to);
+    if constexpr (T::BF16_OUT) {  // spelled here: through a helper, the fp32 kernel's code moved
+      store_if_bf16(bf16_cell(row.out, token), value, token >= row.from && token < row.to);
+    } else {
+      store_if(row.out + token, value, token >= row.from && token < row.to);
+    }
   }
 }
 

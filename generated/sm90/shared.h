@@ -25,7 +25,7 @@ struct TokenMeta {
   float factor;
 };
 
-// A row of the tile: its window within the record, [from, to), and its row of out.
+// A row of the tile: its window within the record, [from, to), and its row of out (records::out_row).
 struct TileRow {
   float* out;
   int32_t from, to;
@@ -81,6 +81,29 @@ __device__ inline void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, 
 __device__ inline void store_if(float* p, float v, bool store) {
   asm volatile("{\n.reg .pred s;\nsetp.ne.u32 s, %2, 0;\n@s st.global.f32 [%0], %1;\n}\n" ::"l"(__cvta_generic_to_global(p)),
                "f"(v), "r"(uint32_t(store)));
+}
+// The bf16 of v (rounded to nearest even) at *p where `store` holds, as store_if.
+__device__ inline void store_if_b16(uint16_t* p, uint16_t h, bool store) {
+  asm volatile("{\n.reg .pred s;\nsetp.ne.u32 s, %2, 0;\n@s st.global.b16 [%0], %1;\n}\n" ::"l"(__cvta_generic_to_global(p)),
+               "h"(h), "r"(uint32_t(store)));
+}
+__device__ inline void store_if_bf16(uint16_t* p, float v, bool store) {
+  uint16_t h;
+  asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(h) : "f"(v));
+  store_if_b16(p, h, store);
+}
+// Cell `token` of a bf16 out row, addressed through the row's float pointer: written as row + token
+// in uint16_t, the address cost qlen4's bf16 kernel a 4-byte spill (ptxas), this form none.
+__device__ inline uint16_t* bf16_cell(float* row, int32_t token) {
+  return reinterpret_cast<uint16_t*>(row + (token >> 1)) + (token & 1);
+}
+// Cells t0 and t1 of a bf16 out row, where s0 / s1 hold: both values converted by one instruction
+// into one register.
+__device__ inline void store_bf16_pair(float* row, int32_t t0, float v0, bool s0, int32_t t1, float v1, bool s1) {
+  uint32_t pair;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(pair) : "f"(v1), "f"(v0));  // v0 in the low half
+  store_if_b16(bf16_cell(row, t0), uint16_t(pair), s0);
+  store_if_b16(bf16_cell(row, t1), uint16_t(pair >> 16), s1);
 }
 // This warpgroup's registers per thread: raised above the launch's (from those the others gave
 // back; it waits for them) or lowered (given back).

@@ -19,33 +19,70 @@ Mapping onto mx.compact_schedule / mx.pa_mqa_logits_compact, all by views (nothi
   compact schedule; build it once per step (it does not depend on next_n) and pass it, or a copy of
   it, to every layer.
 - weights fp32 [B*next_n, H], block_table int32 [B, >= block_table_width(max_context_len)],
-  max_context_len: passed through. Returns fp32 [B*next_n, max_context_len]; clean_logits=True
+  max_context_len: passed through. Returns [B*next_n, max_context_len] of logits_dtype (fp32 or
+  bf16, written by the kernel); clean_logits=True
   fills cells outside the windows with -inf (allowed here with 2-D context_lens too), False leaves
   them uninitialised, as DeepGEMM does.
-Not supported (raise): FP8 q (q_sf None), bf16 logits, varlen `indices`, a page size other than
-the table's.
+fp8_fp4_mqa_logits (prefill, non-paged keys) runs on mx.plan / mx.pa_mqa_logits_mxfp4 through a
+one-row block table; fp8_paged_mqa_logits and fp8_mqa_logits are the legacy names.
+Not supported (raise): FP8 q (q_sf None), varlen `indices`, compressed prefill logits
+(max_seqlen_k > 0), a page size other than the table's.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
 from ..arch import arch_of
 from ..compact import compact_schedule, pa_mqa_logits_compact
 from ..layouts import NATURAL, arch_layout
+from ..manifest import variant_for_rows
+from ..op import pa_mqa_logits_mxfp4
+from ..plan import plan, plan_buffers
 from .indexer import table_shape
 
 
-def fp4_q_views(q_fp4: torch.Tensor, q_sf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(q [B*next_n, H, D/2], q_scale [B*next_n, H, D/32]) uint8 views of DeepGEMM's FP4 query."""
-    if q_fp4.dim() != 4 or q_fp4.dtype not in (torch.int8, torch.uint8):
-        raise ValueError(f"mxlogits: q: expected int8 [B, next_n, H, D/2], found {q_fp4.dtype} {tuple(q_fp4.shape)}")
-    b, n, h, half = q_fp4.shape
-    if q_sf is None or q_sf.dtype != torch.int32 or tuple(q_sf.shape) != (b, n, h):
+def check_logits_dtype(logits_dtype: torch.dtype) -> None:
+    if logits_dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"mxlogits: logits_dtype: expected torch.float32 or torch.bfloat16, found {logits_dtype}")
+
+
+def check_natural(arch: str, name: str) -> None:
+    """DeepGEMM's FP4 tensors hold natural-layout scales: refuse an arch that reads another layout."""
+    if arch_layout(arch) != NATURAL:
+        raise ValueError(
+            f"mxlogits: {name}: DeepGEMM's FP4 page buffer and q_sf hold natural-layout scales, and {arch} reads "
+            f"the {arch_layout(arch)} layout: lay the cache out with mxlogits.fused_views(buffer, "
+            f"{arch_layout(arch)!r}) and call mxlogits.pa_mqa_logits_mxfp4"
+        )
+
+
+def fp4_query(q) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q_fp4, q_sf) of DeepGEMM's q argument; FP8 queries (a tensor, or q_sf None) are refused."""
+    if isinstance(q, torch.Tensor) or not isinstance(q, tuple | list) or len(q) != 2 or q[1] is None:
+        found = type(q).__name__ if not isinstance(q, tuple | list) else f"({', '.join(type(x).__name__ for x in q)})"
+        raise ValueError(
+            f"mxlogits: q: expected (q_fp4, q_sf), FP4 queries with their int32-packed E8M0 scales, found {found}; "
+            f"FP8 queries are not supported"
+        )
+    return q[0], q[1]
+
+
+def fp4_q_views(q_fp4: torch.Tensor, q_sf: torch.Tensor, dims: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q [rows, H, D/2], q_scale [rows, H, D/32]) uint8 views of DeepGEMM's FP4 query, int8
+    [B, next_n, H, D/2] (dims 4, paged) or [M, H, D/2] (dims 3), and its int32 scales [..., H]."""
+    shape = "[B, next_n, H, D/2]" if dims == 4 else "[M, H, D/2]"
+    if q_fp4.dim() != dims or q_fp4.dtype not in (torch.int8, torch.uint8):
+        raise ValueError(f"mxlogits: q: expected int8 {shape}, found {q_fp4.dtype} {tuple(q_fp4.shape)}")
+    *lead, h, half = q_fp4.shape
+    if q_sf is None or q_sf.dtype != torch.int32 or tuple(q_sf.shape) != (*lead, h):
         found = None if q_sf is None else f"{q_sf.dtype} {tuple(q_sf.shape)}"
-        raise ValueError(f"mxlogits: q_sf: expected int32 [{b}, {n}, {h}] (4 x E8M0 per int32), found {found}")
-    scales = q_sf.view(torch.uint8).view(b * n, h, 4)[..., : half // 16]
-    return q_fp4.view(torch.uint8).view(b * n, h, half), scales
+        raise ValueError(f"mxlogits: q_sf: expected int32 {[*lead, h]} (4 x E8M0 per int32), found {found}")
+    rows = math.prod(lead)
+    scales = q_sf.view(torch.uint8).view(rows, h, 4)[..., : half // 16]
+    return q_fp4.view(torch.uint8).view(rows, h, half), scales
 
 
 def fused_kv_views(kv_cache: torch.Tensor, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -101,36 +138,107 @@ def fp8_fp4_paged_mqa_logits(
     *,
     variant=None,
 ) -> torch.Tensor:
-    """fp32 [B*next_n, max_context_len] logits (module docstring: the mapping). schedule_meta: what
-    get_paged_mqa_logits_metadata built from these context_lens (or a copy of it). variant: the
-    instance (default: mxlogits.variant_for(device, next_n))."""
+    """[B*next_n, max_context_len] logits of logits_dtype, fp32 or bf16 (module docstring: the
+    mapping). schedule_meta: what get_paged_mqa_logits_metadata built from these context_lens (or a
+    copy of it). variant: the instance (default: mxlogits.variant_for(device, next_n))."""
     if indices is not None:
         raise NotImplementedError("mxlogits: indices (DeepGEMM's varlen decode) is not supported")
-    if logits_dtype != torch.float32:
-        raise ValueError(f"mxlogits: logits_dtype: only torch.float32 is supported, found {logits_dtype}")
+    check_logits_dtype(logits_dtype)
     if not isinstance(schedule_meta, torch.Tensor):
         raise TypeError(
             "mxlogits: schedule_meta: expected the int32 [num_sms + 1, 2] tensor of get_paged_mqa_logits_metadata "
             f"(mxlogits.integrations.deepgemm), found {type(schedule_meta).__name__}"
         )
-    q_fp4, q_sf = q
-    arch = arch_of(q_fp4.device)
-    if arch_layout(arch) != NATURAL:
-        raise ValueError(
-            f"mxlogits: kv_cache: DeepGEMM's FP4 page buffer and q_sf hold natural-layout scales, and {arch} reads "
-            f"the {arch_layout(arch)} layout: lay the cache out with mxlogits.fused_views(buffer, "
-            f"{arch_layout(arch)!r}) and call mxlogits.pa_mqa_logits_mxfp4"
-        )
+    q_fp4, q_sf = fp4_query(q)
+    check_natural(arch_of(q_fp4.device), "kv_cache")
     q_rows, q_scale = fp4_q_views(q_fp4, q_sf)
     b, n = q_fp4.shape[:2]
     if not isinstance(context_lens, torch.Tensor) or context_lens.dim() not in (1, 2) or context_lens.shape[0] != b:
         found = tuple(context_lens.shape) if isinstance(context_lens, torch.Tensor) else type(context_lens).__name__
         raise ValueError(f"mxlogits: context_lens: expected [{b}] or [{b}, {n}] (q is [B, next_n, ...]), found {found}")
     values, scales = fused_kv_views(kv_cache, q_fp4.shape[3] * 2)
-    out = torch.empty((b * n, max_context_len), dtype=torch.float32, device=q_fp4.device)
+    out = torch.empty((b * n, max_context_len), dtype=logits_dtype, device=q_fp4.device)
     if clean_logits:
         out.fill_(float("-inf"))
     return pa_mqa_logits_compact(
         q_rows, q_scale, values, scales, block_table, weights, context_lens, schedule_meta, max_context_len,
         next_n=n, variant=variant, out=out,
     )  # fmt: skip
+
+
+def fp8_fp4_mqa_logits(
+    q: tuple[torch.Tensor, torch.Tensor],
+    kv: tuple[torch.Tensor, torch.Tensor],
+    weights: torch.Tensor,
+    cu_seq_len_k_start: torch.Tensor,
+    cu_seq_len_k_end: torch.Tensor,
+    clean_logits: bool = True,
+    max_seqlen_k: int = 0,
+    logits_dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """DeepGEMM's non-paged MQA logits (prefill): row i of q int8 [M, H, D/2] (scales int32 [M, H])
+    over the keys kv int8 [N, D/2] (scales int32 [N], four E8M0 bytes each) at positions
+    [cu_seq_len_k_start[i], cu_seq_len_k_end[i]) (int32 [M], ends <= N); returns [M, N] logits of
+    logits_dtype (fp32 or bf16), -inf outside the windows with clean_logits, else uninitialised
+    there. The keys are read as pages of the table's size through a one-row block table (copied
+    into whole pages when N is not a multiple of the page size). max_seqlen_k > 0 (DeepGEMM's
+    compressed [M, max_seqlen_k] output) is not supported."""
+    check_logits_dtype(logits_dtype)
+    if max_seqlen_k:
+        raise NotImplementedError(
+            f"mxlogits: max_seqlen_k: compressed logits (max_seqlen_k > 0) are not supported, found {max_seqlen_k}; "
+            f"pass 0 for [M, N] logits"
+        )
+    q_fp4, q_sf = fp4_query(q)
+    check_natural(arch_of(q_fp4.device), "kv")
+    q_rows, q_scale = fp4_q_views(q_fp4, q_sf, dims=3)
+    values, scales = key_pages(kv, q_fp4.shape[-1])
+    m, n_keys, device = q_rows.shape[0], kv[0].shape[0], q_fp4.device
+    variant = variant_for_rows(arch_of(device), m)
+    block_table = torch.arange(values.shape[0], dtype=torch.int32, device=device).view(1, -1)
+    windows = {"local_starts": cu_seq_len_k_start, "local_ends": cu_seq_len_k_end}
+    for name, t in zip(("cu_seq_len_k_start", "cu_seq_len_k_end"), windows.values(), strict=True):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.dim() != 1 or t.shape[0] != m:
+            found = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"mxlogits: {name}: expected int32 [{m}] (one per row of q), found {found}")
+    buffers = plan_buffers(device, m, 1, variant)
+    cu_seq_q = torch.tensor([0, m], dtype=torch.int32, device=device)
+    row_to_batch = torch.zeros(m, dtype=torch.int32, device=device)
+    schedule = plan(cu_seq_q, cu_seq_len_k_end, buffers=buffers, local_starts=cu_seq_len_k_start,
+                    row_to_batch=row_to_batch)  # fmt: skip
+    out = torch.empty((m, n_keys), dtype=logits_dtype, device=device)
+    if clean_logits:
+        out.fill_(float("-inf"))
+    return pa_mqa_logits_mxfp4(q_rows, q_scale, values, scales, block_table, weights, schedule, n_keys, out=out)
+
+
+def key_pages(kv, half: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(values [pages, PAGE, D/2], scales [pages, PAGE, D/32]) uint8 of DeepGEMM's non-paged keys
+    (kv int8 [N, D/2], kv_sf int32 [N]): views when N is a multiple of the page size, else copies
+    padded to whole pages (the body reads a page at once)."""
+    if not isinstance(kv, tuple | list) or len(kv) != 2 or not all(isinstance(t, torch.Tensor) for t in kv):
+        raise ValueError(f"mxlogits: kv: expected (kv_fp4, kv_sf) tensors, found {type(kv).__name__}")
+    values, sf = kv
+    if values.dim() != 2 or values.dtype not in (torch.int8, torch.uint8) or values.shape[1] != half:
+        raise ValueError(f"mxlogits: kv: expected int8 [N, {half}], found {values.dtype} {tuple(values.shape)}")
+    n = values.shape[0]
+    if sf.dtype != torch.int32 or tuple(sf.shape) != (n,):
+        raise ValueError(f"mxlogits: kv_sf: expected int32 [{n}] (4 x E8M0 per int32), found {sf.dtype} {tuple(sf.shape)}")
+    page = table_shape()[2]
+    pages = -(-n // page)
+    values, sf = values.contiguous().view(torch.uint8), sf.contiguous().view(torch.uint8).view(n, 4)
+    if n % page:
+        values = torch.cat([values, values.new_zeros(pages * page - n, half)])
+        sf = torch.cat([sf, sf.new_full((pages * page - n, 4), 127)])
+    return values.view(pages, page, half), sf.view(pages, page, 4)[..., : half // 16]
+
+
+def fp8_paged_mqa_logits(q, *args, **kwargs) -> torch.Tensor:
+    """DeepGEMM's legacy name: fp8_fp4_paged_mqa_logits for FP4 queries (q = (q_fp4, q_sf)); FP8
+    queries (a plain tensor) raise."""
+    return fp8_fp4_paged_mqa_logits(q, *args, **kwargs)
+
+
+def fp8_mqa_logits(q, *args, **kwargs) -> torch.Tensor:
+    """DeepGEMM's legacy name: fp8_fp4_mqa_logits for FP4 queries and keys; FP8 ones raise."""
+    return fp8_fp4_mqa_logits(q, *args, **kwargs)

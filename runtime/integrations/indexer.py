@@ -88,7 +88,7 @@ class IndexerBatch:
     slot_mapping: torch.Tensor  # int64 [T]: page * PAGE + offset of each row's key; -1 for a pad row
     block_tables: torch.Tensor  # int32 [batch, >= block_table_width(max_seq_len, variant)]
     plan: MqaLogitsPlan  # windows [0, positions + 1): each row sees its own token and the ones before
-    max_seq_len: int  # width of the logits; every context must be <= it (caller contract 2)
+    max_seq_len: int  # width of the logits; every context must be <= it (caller contract 1)
 
     @property
     def local_ends(self) -> torch.Tensor:

@@ -156,9 +156,10 @@ def run_isa(generated: Path, capsys) -> tuple[int, str, str]:
 def test_clean_stub_arch_reports_every_kernel(tmp_path, capsys):
     rc, out, err = run_isa(render_stub(tmp_path, STUB), capsys)
     assert rc == 0, err
-    rows = [line.split() for line in out.splitlines() if line.startswith("stubisa ")]
-    assert [r[:3] for r in rows] == [["stubisa", "clean", "schedule_kernel"], ["stubisa", "clean", "logits_kernel"]]
-    assert rows[0][-1] == "0" and int(rows[1][-1]) >= 1  # the fp4 MFMA is the logits kernel's
+    rows = {line.split()[2]: line.split() for line in out.splitlines() if line.startswith("stubisa ")}
+    assert sorted(rows) == ["compact_build_kernel", "compact_expand_kernel", "logits_kernel", "schedule_kernel"]
+    assert all(r[1] == "clean" for r in rows.values())
+    assert rows["schedule_kernel"][-1] == "0" and int(rows["logits_kernel"][-1]) >= 1  # the fp4 MFMA is the logits kernel's
     assert "qlen1_kv64" not in out and "within the arch records' isa limits" in out  # no host arch row
 
 
@@ -266,7 +267,8 @@ def test_real_amd_instances_are_within_their_records(real_isa):
     for inst in doc["instances"]:
         if inst["arch"] in HIP_ARCHES:
             rows = [line.split() for line in out.splitlines() if line.split()[:2] == [inst["arch"], inst["name"]]]
-            assert sorted(r[2] for r in rows) == ["logits_kernel", "schedule_kernel"], (inst, out)
+            kernels = ["compact_build_kernel", "compact_expand_kernel", "logits_kernel", "schedule_kernel"]
+            assert sorted(r[2] for r in rows) == kernels, (inst, out)
     for arch in HIP_ARCHES:
         assert doc["arches"][arch]["isa"]["expect"] and doc["arches"][arch]["isa"]["limits"], arch
 

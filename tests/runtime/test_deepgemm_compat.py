@@ -132,8 +132,10 @@ def test_errors_name_the_argument():
         call((q, q_sf), kv_cache, weights, lens.view(2, 1), block_table, meta, 100)
     with pytest.raises(ValueError, match="q_sf"):
         call((q, None), kv_cache, weights, lens, block_table, meta, 100)
-    with pytest.raises(ValueError, match="logits_dtype"):
-        call((q, q_sf), kv_cache, weights, lens, block_table, meta, 100, logits_dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="logits_dtype: expected torch.float32 or torch.bfloat16, found torch.float16"):
+        call((q, q_sf), kv_cache, weights, lens, block_table, meta, 100, logits_dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"q: expected \(q_fp4, q_sf\).*FP8 queries are not supported"):
+        dg.fp8_paged_mqa_logits(q, kv_cache, weights, lens, block_table, meta, 100)
     with pytest.raises(ValueError, match="kv_cache"):
         call((q, q_sf), kv_cache.view(-1, PAGE, 2, (HALF + 4) // 2), weights, lens, block_table, meta, 100)
     with pytest.raises(ValueError, match="kv_cache: expected each page"):

@@ -4,6 +4,7 @@ buffer, opcheck, torch.compile."""
 
 from __future__ import annotations
 
+import random
 import zlib
 
 import mxlogits as mx
@@ -34,6 +35,21 @@ def test_long_window_splits_over_many_ctas(variant):
     assert int((counts > 0).sum()) >= min(64, chunks) - setup
     assert int(counts.max()) <= -(-(chunks + setup) // 64)
     assert_matches(run_op(case, variant, plan=p), reference(case), variant)
+
+
+def test_windows_in_any_order_within_a_tile(variant):
+    """Rows of one sequence whose windows start and end anywhere, in no order (DeepGEMM's 2-D context
+    lengths are drawn so): a tile reads the union of its rows' windows and masks each row by its own."""
+    rng = random.Random(variant.q_per_block * 1000 + variant.block_k)
+    for trial in range(4):
+        contexts = [rng.randint(1, 700) for _ in range(4)]
+        rows = []
+        for b, c in enumerate(contexts):
+            for _ in range(rng.randint(1, 9)):
+                s, e = sorted((rng.randint(0, c), rng.randint(0, c)))
+                rows.append((b, s, e))
+        case = make_case(contexts, rows, variant, seed=trial)
+        assert_matches(run_op(case, variant), reference(case), variant)
 
 
 def test_without_local_starts_and_row_to_batch(variant):
@@ -85,6 +101,26 @@ def test_strided_out(variant):
     run_op(case, variant, out=out)
     assert_matches(out, reference(case), variant)
     assert torch.isneginf(base[:, :13]).all() and torch.isneginf(base[:, 13 + case.max_seq_len :]).all()
+
+
+def test_bf16_out(variant):
+    """out of dtype bf16: each computed cell the fp32 logit rounded to nearest even (NaN stays NaN), the
+    others untouched, through a strided out; an arch whose body writes fp32 only refuses it by name."""
+    case = make_case([700, 90], causal_rows(0, 690, 8) + causal_rows(1, 80, 8), variant)
+    with case.natural() as n:  # one NaN scale byte: a NaN column in row 0's window
+        n.kv_scale[int(case.block_tables[0, 1]), 5, 0] = 255
+    base = torch.full((case.total_q, case.max_seq_len + 8), float("-inf"), dtype=torch.bfloat16, device=device_of(variant))
+    out = base[:, 3 : 3 + case.max_seq_len]
+    if mx.manifest.manifest().arches[variant.arch].family == "hip":
+        with pytest.raises(RuntimeError, match=r"out: expected dtype float32 \(the \w+ body writes fp32 logits only\), found BFloat16"):
+            run_op(case, variant, out=out)
+        return
+    run_op(case, variant, out=out)
+    fp32 = run_op(case, variant)
+    assert torch.isnan(fp32).any()
+    assert torch.equal(out.float().isnan(), fp32.isnan())
+    assert torch.equal(out.nan_to_num(0.0, 1.0, -1.0), fp32.to(torch.bfloat16).nan_to_num(0.0, 1.0, -1.0))
+    assert torch.isneginf(base[:, :3]).all() and torch.isneginf(base[:, 3 + case.max_seq_len :]).all()
 
 
 def test_fused_page_buffer_in_place_equals_separate_tensors(variant):

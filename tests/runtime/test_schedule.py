@@ -74,7 +74,7 @@ def test_identity_cut_reads_no_cu_seq_q_and_schedules_every_row(arch):
 
 
 def test_over_claiming_cu_seq_q_is_clamped_to_total_q(arch):
-    """Contract 4 broken (cu_seq_q[batch] > total_q): the builder still schedules no row past total_q."""
+    """Contract 3 broken (cu_seq_q[batch] > total_q): the builder still schedules no row past total_q."""
     v = variant_with(arch, lambda v: v.q_per_block > 1, "q_per_block > 1")
     dev = device_of(arch)
     buffers = mx.plan_buffers(dev, 10, 2, v)

@@ -45,7 +45,7 @@ def prefill_rows(rng, seqs: int):
 
 
 def offset_rows(rng, seqs: int):
-    """Sliding windows: starts and ends non-decreasing within each sequence (caller contract 1)."""
+    """Sliding windows: starts and ends non-decreasing within each sequence."""
     contexts, rows = [], []
     for b in range(seqs):
         n = rng.randint(1, 12)

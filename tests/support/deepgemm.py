@@ -1,0 +1,34 @@
+"""DeepGEMM's input conventions for the ported tests: its FP4 quantization rule, its int32 packing of
+E8M0 scale bytes, and its calc_diff."""
+
+from __future__ import annotations
+
+import torch
+
+# the thresholds a scaled value must exceed to take each next E2M1 code (0.5, 1, 1.5, 2, 3, 4, 6)
+THRESHOLDS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
+
+
+def dg_fp4(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """DeepGEMM's FP4 quantization of rows x [..., D]: (packed codes uint8 [..., D/2], E8M0 bytes uint8
+    [..., D/32])."""
+    blocks = x.float().unflatten(-1, (-1, 32))
+    amax = blocks.abs().amax(-1).clamp(min=1e-4)
+    biased = (torch.ceil(torch.log2(amax / 6.0)) + 127).clamp(1, 254)
+    scale = torch.exp2(biased - 127)[..., None]
+    y = blocks / scale
+    code = sum((y.abs() > t).to(torch.uint8) for t in THRESHOLDS)
+    code = torch.where((y < 0) & (code > 0), code + 8, code).flatten(-2)
+    packed = code[..., 0::2] | (code[..., 1::2] << 4)
+    return packed, biased.to(torch.uint8)
+
+
+def as_int32(scale_bytes: torch.Tensor) -> torch.Tensor:
+    """E8M0 bytes [..., 4] as DeepGEMM's int32 (byte i in bits 8i..8i+7)."""
+    return scale_bytes.contiguous().view(torch.int32).squeeze(-1)
+
+
+def calc_diff(x: torch.Tensor, y: torch.Tensor) -> float:
+    x, y = x.double(), y.double()
+    denominator = (x * x + y * y).sum()
+    return 0.0 if denominator == 0 else float(1 - 2 * (x * y).sum() / denominator)
