@@ -110,6 +110,17 @@ OPS = (
         "()",
     ),
     Op(
+        "quantize_mxfp4_rows",
+        _args("Tensor x, Tensor codes, Tensor scales, int q_per_block, int block_k", {"codes": "a", "scales": "b"}),
+        "()",
+    ),
+    Op(
+        "quantize_mxfp4_cache",
+        _args("Tensor x, Tensor slot_mapping, Tensor kv_cache, Tensor kv_scale, int q_per_block, int block_k",
+              {"kv_cache": "a", "kv_scale": "b"}),  # fmt: skip
+        "()",
+    ),
+    Op(
         "build_compact_schedule",
         _args("Tensor context_lens, Tensor schedule_meta, int next_n, int num_ctas, int setup_pages, int q_per_block, "
               "int block_k",

@@ -81,6 +81,7 @@ def render_all(table: InstanceTable, templates: Path) -> dict[str, str]:
     emit("common/check.h", "common/check.h.j2")
     emit("common/launch.h", "common/launch.h.j2")
     emit("common/records.h", "common/records.h.j2")
+    emit("common/quant.h", "common/quant.h.j2")
     emit("common/sched_device.h", "common/sched_device.h.j2")
     for part in ("fiber.h", "model.h", "hip.h", "amdgcn.h"):
         emit(f"emulation/{part}", f"emulation/{part}.j2")

@@ -36,6 +36,7 @@ from .mxfp4 import dequantize_mxfp4, quantize_mxfp4
 from .op import pa_mqa_logits_mxfp4
 from .paged_cache import fused_kv_cache, split_fused_pages, write_paged_kv
 from .plan import MqaLogitsBuffers, MqaLogitsPlan, block_table_width, plan, plan_buffers
+from .quantize import quantize_into_cache, quantize_rows
 from .reference import reference_logits
 
 __all__ = [
@@ -67,7 +68,9 @@ __all__ = [
     "plan",
     "plan_buffers",
     "prefill_batch",
+    "quantize_into_cache",
     "quantize_mxfp4",
+    "quantize_rows",
     "reference_logits",
     "split_fused_pages",
     "to_layout",

@@ -218,4 +218,33 @@ static_assert(offsetof(CompactArgs, setup_pages) == 72, "CompactArgs ABI");
 static_assert(sizeof(CompactArgs) == 80, "CompactArgs ABI");
 
 
+// Arguments of the MXFP4 quantizer (quant.h): rows of x, row_len values each, into rows of codes and
+// scales, or (slots given) into the pages of a paged cache.
+struct QuantArgs {
+  const void* x;  // [rows, >= row_len]: fp32, bf16 or fp16 (x_dtype 0, 1, 2)
+  const int64_t* slots;  // [rows] cache slot of each row, or null: rows of codes / scales
+  uint8_t* codes;  // [rows, row_len / 2], or page p at codes + p * codes_page_stride: [PAGE, row_len / 2]
+  uint8_t* scales;  // [rows, row_len / 32], or page p at scales + p * scales_page_stride: [PAGE, row_len / 32]
+  int64_t rows;
+  int64_t x_row_stride;  // elements
+  int64_t codes_page_stride;  // bytes
+  int64_t scales_page_stride;  // bytes
+  int32_t row_len;  // a multiple of 32
+  int32_t x_dtype;
+  int32_t num_pages;  // pages of the cache: slots at or past num_pages * PAGE are skipped
+};
+static_assert(offsetof(QuantArgs, x) == 0, "QuantArgs ABI");
+static_assert(offsetof(QuantArgs, slots) == 8, "QuantArgs ABI");
+static_assert(offsetof(QuantArgs, codes) == 16, "QuantArgs ABI");
+static_assert(offsetof(QuantArgs, scales) == 24, "QuantArgs ABI");
+static_assert(offsetof(QuantArgs, rows) == 32, "QuantArgs ABI");
+static_assert(offsetof(QuantArgs, x_row_stride) == 40, "QuantArgs ABI");
+static_assert(offsetof(QuantArgs, codes_page_stride) == 48, "QuantArgs ABI");
+static_assert(offsetof(QuantArgs, scales_page_stride) == 56, "QuantArgs ABI");
+static_assert(offsetof(QuantArgs, row_len) == 64, "QuantArgs ABI");
+static_assert(offsetof(QuantArgs, x_dtype) == 68, "QuantArgs ABI");
+static_assert(offsetof(QuantArgs, num_pages) == 72, "QuantArgs ABI");
+static_assert(sizeof(QuantArgs) == 80, "QuantArgs ABI");
+
+
 }  // namespace mxlogits

@@ -5,6 +5,7 @@
 // Only __syncthreads and shared memory: nothing here differs between the two device compilers.
 #pragma once
 
+#include "common/quant.h"
 #include "common/sched.h"
 
 namespace mxlogits::sched {

@@ -10,6 +10,7 @@
 #include <limits>
 #include <memory>
 
+#include "common/quant.h"
 #include "common/records.h"
 #include "common/sched.h"
 #include "cpu/entry.h"
@@ -150,6 +151,14 @@ inline void run_record(const KernelArgs& a, const CtaRecord& rec, const records:
 template <class T>
 LaunchStatus launch_schedule(const LaunchContext&, const SchedArgs& args) {
   sched::build_schedule_host<T::Q_PER_BLOCK, T::BLOCK_K>(args);
+  return {0, nullptr};
+}
+
+template <class T>
+LaunchStatus launch_quantize(const LaunchContext&, const QuantArgs& args) {
+  at::parallel_for(0, args.rows * (args.row_len / quant::kBlock), 1024, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) quant::quantize_one(args, b);
+  });
   return {0, nullptr};
 }
 

@@ -12,6 +12,8 @@ namespace mxlogits::cpu {
 template <class T>
 LaunchStatus launch_schedule(const LaunchContext& ctx, const SchedArgs& args);
 template <class T>
+LaunchStatus launch_quantize(const LaunchContext& ctx, const QuantArgs& args);
+template <class T>
 LaunchStatus launch_compact_build(const LaunchContext& ctx, const CompactArgs& args);
 template <class T>
 LaunchStatus launch_compact_expand(const LaunchContext& ctx, const CompactArgs& args);
@@ -23,6 +25,7 @@ struct Tunables_qlen1_kv64 {
 };
 using Traits_qlen1_kv64 = Traits<InstanceTraits<1, 64, 128, 512>, Tunables_qlen1_kv64>;
 extern template LaunchStatus launch_schedule<Traits_qlen1_kv64>(const LaunchContext&, const SchedArgs&);
+extern template LaunchStatus launch_quantize<Traits_qlen1_kv64>(const LaunchContext&, const QuantArgs&);
 extern template LaunchStatus launch_compact_build<Traits_qlen1_kv64>(const LaunchContext&, const CompactArgs&);
 extern template LaunchStatus launch_compact_expand<Traits_qlen1_kv64>(const LaunchContext&, const CompactArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen1_kv64>(const LaunchContext&, const KernelArgs&);
@@ -31,6 +34,7 @@ struct Tunables_qlen1_kv256 {
 };
 using Traits_qlen1_kv256 = Traits<InstanceTraits<1, 256, 128, 512>, Tunables_qlen1_kv256>;
 extern template LaunchStatus launch_schedule<Traits_qlen1_kv256>(const LaunchContext&, const SchedArgs&);
+extern template LaunchStatus launch_quantize<Traits_qlen1_kv256>(const LaunchContext&, const QuantArgs&);
 extern template LaunchStatus launch_compact_build<Traits_qlen1_kv256>(const LaunchContext&, const CompactArgs&);
 extern template LaunchStatus launch_compact_expand<Traits_qlen1_kv256>(const LaunchContext&, const CompactArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen1_kv256>(const LaunchContext&, const KernelArgs&);
@@ -39,6 +43,7 @@ struct Tunables_qlen4_kv64 {
 };
 using Traits_qlen4_kv64 = Traits<InstanceTraits<4, 64, 128, 448>, Tunables_qlen4_kv64>;
 extern template LaunchStatus launch_schedule<Traits_qlen4_kv64>(const LaunchContext&, const SchedArgs&);
+extern template LaunchStatus launch_quantize<Traits_qlen4_kv64>(const LaunchContext&, const QuantArgs&);
 extern template LaunchStatus launch_compact_build<Traits_qlen4_kv64>(const LaunchContext&, const CompactArgs&);
 extern template LaunchStatus launch_compact_expand<Traits_qlen4_kv64>(const LaunchContext&, const CompactArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen4_kv64>(const LaunchContext&, const KernelArgs&);
@@ -47,6 +52,7 @@ struct Tunables_qlen4_kv256 {
 };
 using Traits_qlen4_kv256 = Traits<InstanceTraits<4, 256, 128, 1024>, Tunables_qlen4_kv256>;
 extern template LaunchStatus launch_schedule<Traits_qlen4_kv256>(const LaunchContext&, const SchedArgs&);
+extern template LaunchStatus launch_quantize<Traits_qlen4_kv256>(const LaunchContext&, const QuantArgs&);
 extern template LaunchStatus launch_compact_build<Traits_qlen4_kv256>(const LaunchContext&, const CompactArgs&);
 extern template LaunchStatus launch_compact_expand<Traits_qlen4_kv256>(const LaunchContext&, const CompactArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen4_kv256>(const LaunchContext&, const KernelArgs&);

@@ -12,6 +12,8 @@ namespace mxlogits::gfx950 {
 template <class T>
 LaunchStatus launch_schedule(const LaunchContext& ctx, const SchedArgs& args);
 template <class T>
+LaunchStatus launch_quantize(const LaunchContext& ctx, const QuantArgs& args);
+template <class T>
 LaunchStatus launch_compact_build(const LaunchContext& ctx, const CompactArgs& args);
 template <class T>
 LaunchStatus launch_compact_expand(const LaunchContext& ctx, const CompactArgs& args);
@@ -28,6 +30,7 @@ struct Tunables_qlen1_kv64 {
 };
 using Traits_qlen1_kv64 = Traits<InstanceTraits<1, 64, 1024, 512>, Tunables_qlen1_kv64>;
 extern template LaunchStatus launch_schedule<Traits_qlen1_kv64>(const LaunchContext&, const SchedArgs&);
+extern template LaunchStatus launch_quantize<Traits_qlen1_kv64>(const LaunchContext&, const QuantArgs&);
 extern template LaunchStatus launch_compact_build<Traits_qlen1_kv64>(const LaunchContext&, const CompactArgs&);
 extern template LaunchStatus launch_compact_expand<Traits_qlen1_kv64>(const LaunchContext&, const CompactArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen1_kv64>(const LaunchContext&, const KernelArgs&);
@@ -39,6 +42,7 @@ struct Tunables_qlen1_kv256 {
 };
 using Traits_qlen1_kv256 = Traits<InstanceTraits<1, 256, 1024, 512>, Tunables_qlen1_kv256>;
 extern template LaunchStatus launch_schedule<Traits_qlen1_kv256>(const LaunchContext&, const SchedArgs&);
+extern template LaunchStatus launch_quantize<Traits_qlen1_kv256>(const LaunchContext&, const QuantArgs&);
 extern template LaunchStatus launch_compact_build<Traits_qlen1_kv256>(const LaunchContext&, const CompactArgs&);
 extern template LaunchStatus launch_compact_expand<Traits_qlen1_kv256>(const LaunchContext&, const CompactArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen1_kv256>(const LaunchContext&, const KernelArgs&);

@@ -401,6 +401,78 @@ void run_schedule(const ScheduleInputs& in) {
   check_launch(launch_schedule<T>(launch_context(in.local_ends.device()), a), "build_schedule");
 }
 
+// The MXFP4 quantizer's input: x [rows, row_len] of fp32, bf16 or fp16, row_len a multiple of 32, its
+// rows contiguous.
+QuantArgs quant_input(const Checker& c, const at::Tensor& x) {
+  c.tensor(x, "x", {at::kFloat, at::kBFloat16, at::kHalf}, "float32, bfloat16 or float16");
+  ARG_CHECK(c, x.dim() == 2 && x.size(1) % kScaleBlock == 0 && x.size(1) > 0 && (x.stride(1) == 1 || x.size(1) == 1) &&
+                   (x.stride(0) >= x.size(1) || x.size(0) <= 1),
+            "x", "expected [rows, D] with D a positive multiple of %d and contiguous rows, found shape %s strides %s",
+            kScaleBlock, shape_of(x.sizes()).s, shape_of(x.strides()).s);
+  c.range(x.size(1), "x.shape[1]", kScaleBlock, kInt32Max, "values per row");
+  QuantArgs a{};
+  a.x = x.const_data_ptr();
+  a.rows = x.size(0);
+  a.x_row_stride = x.stride(0);
+  a.row_len = int32_t(x.size(1));
+  a.x_dtype = x.scalar_type() == at::kFloat ? 0 : (x.scalar_type() == at::kBFloat16 ? 1 : 2);
+  return a;
+}
+
+template <class T>
+void run_quantize_rows(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales) {
+  const Checker c("quantize_mxfp4_rows", x.device());
+  QuantArgs a = quant_input(c, x);
+  c.tensor(codes, "codes", {at::kByte}, "uint8");
+  c.tensor(scales, "scales", {at::kByte}, "uint8");
+  ARG_CHECK(c, codes.dim() == 2 && codes.size(0) == a.rows && codes.size(1) == a.row_len / 2 && codes.is_contiguous(),
+            "codes", "expected a contiguous uint8 [%lld, %d] tensor, found shape %s", (long long)a.rows, a.row_len / 2,
+            shape_of(codes.sizes()).s);
+  ARG_CHECK(c, scales.dim() == 2 && scales.size(0) == a.rows && scales.size(1) == a.row_len / kScaleBlock &&
+                   scales.is_contiguous(),
+            "scales", "expected a contiguous uint8 [%lld, %d] tensor, found shape %s", (long long)a.rows,
+            a.row_len / kScaleBlock, shape_of(scales.sizes()).s);
+  c.disjoint(codes, "codes", x, "x");
+  c.disjoint(scales, "scales", x, "x");
+  c.disjoint(scales, "scales", codes, "codes");
+  a.codes = codes.data_ptr<uint8_t>();
+  a.scales = scales.data_ptr<uint8_t>();
+  const c10::DeviceGuard guard(x.device());
+  check_launch(launch_quantize<T>(launch_context(x.device()), a), "quantize_mxfp4_rows");
+}
+
+template <class T>
+void run_quantize_cache(const at::Tensor& x, const at::Tensor& slots, const at::Tensor& kv_cache,
+                        const at::Tensor& kv_scale) {
+  const Checker c("quantize_mxfp4_cache", x.device());
+  QuantArgs a = quant_input(c, x);
+  ARG_CHECK(c, a.row_len == kHeadDim, "x", "expected [N, %d] (the table's head_dim), found shape %s", kHeadDim,
+            shape_of(x.sizes()).s);
+  c.tensor(slots, "slot_mapping", {at::kLong}, "int64");
+  ARG_CHECK(c, slots.dim() == 1 && slots.size(0) == a.rows && slots.is_contiguous(), "slot_mapping",
+            "expected a contiguous int64 [%lld] tensor (one slot per row of x), found shape %s", (long long)a.rows,
+            shape_of(slots.sizes()).s);
+  c.tensor(kv_cache, "kv_cache", {at::kByte}, "uint8");
+  c.tensor(kv_scale, "kv_scale", {at::kByte}, "uint8");
+  c.inner(kv_cache, "kv_cache", {kPageSize, kRowBytes}, false);
+  c.inner(kv_scale, "kv_scale", {kPageSize, kRowScales}, false);
+  ARG_CHECK(c, kv_scale.size(0) == kv_cache.size(0), "kv_scale", "expected %lld pages (those of kv_cache), found %lld",
+            (long long)kv_cache.size(0), (long long)kv_scale.size(0));
+  c.range(kv_cache.size(0), "kv_cache.shape[0]", 0, kInt32Max, "pages");
+  for (const auto& [t, name] : {std::pair{&kv_cache, "kv_cache"}, std::pair{&kv_scale, "kv_scale"}}) {
+    c.disjoint(*t, name, x, "x");
+    c.disjoint(*t, name, slots, "slot_mapping");
+  }
+  a.slots = slots.const_data_ptr<int64_t>();
+  a.codes = kv_cache.data_ptr<uint8_t>();
+  a.scales = kv_scale.data_ptr<uint8_t>();
+  a.codes_page_stride = kv_cache.stride(0);
+  a.scales_page_stride = kv_scale.stride(0);
+  a.num_pages = int32_t(kv_cache.size(0));
+  const c10::DeviceGuard guard(x.device());
+  check_launch(launch_quantize<T>(launch_context(x.device()), a), "quantize_mxfp4_cache");
+}
+
 // The compact schedule's arguments (docs/schedule.md): context_lens int32 [batch] or [batch, next_n]
 // (one end per row), schedule_meta int32 [num_ctas + 1 >= 2, 2]; the split's num_ctas of the build
 // (at most the meta's rows - 1), the meta's rows - 1 for the expansion, whose extra rows start nothing.
@@ -560,6 +632,18 @@ void pa_mqa_logits_mxfp4(const at::Tensor& q, const at::Tensor& q_scale, const a
   const LogitsInputs in{q, q_scale, kv_cache, kv_scale, block_tables, weights, cta_info, cta_ranges,
                         local_ends, local_starts, written, num_rows, max_seq_len};
   dispatch(q_per_block, block_k, [&](auto traits) { run_logits<decltype(traits)>(in, weight_scale); });
+}
+
+void quantize_mxfp4_rows(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales, int64_t q_per_block,
+                         int64_t block_k) {
+  dispatch(q_per_block, block_k, [&](auto traits) { run_quantize_rows<decltype(traits)>(x, codes, scales); });
+}
+
+void quantize_mxfp4_cache(const at::Tensor& x, const at::Tensor& slot_mapping, const at::Tensor& kv_cache,
+                          const at::Tensor& kv_scale, int64_t q_per_block, int64_t block_k) {
+  dispatch(q_per_block, block_k, [&](auto traits) {
+    run_quantize_cache<decltype(traits)>(x, slot_mapping, kv_cache, kv_scale);
+  });
 }
 
 void build_compact_schedule(const at::Tensor& context_lens, const at::Tensor& schedule_meta, int64_t next_n,

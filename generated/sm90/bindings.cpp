@@ -29,6 +29,11 @@ MXL_LIBRARY(MXL_OPS, m) {
       "Tensor weights, Tensor cta_info, Tensor cta_ranges, Tensor local_ends, Tensor? local_starts, Tensor(a!) out, "
       "int num_rows, int max_seq_len, float weight_scale, int q_per_block, int block_k) -> ()");
   m.def(
+      "quantize_mxfp4_rows(Tensor x, Tensor(a!) codes, Tensor(b!) scales, int q_per_block, int block_k) -> ()");
+  m.def(
+      "quantize_mxfp4_cache(Tensor x, Tensor slot_mapping, Tensor(a!) kv_cache, Tensor(b!) kv_scale, "
+      "int q_per_block, int block_k) -> ()");
+  m.def(
       "build_compact_schedule(Tensor context_lens, Tensor(a!) schedule_meta, int next_n, int num_ctas, "
       "int setup_pages, int q_per_block, int block_k) -> ()");
   m.def(
@@ -49,6 +54,8 @@ MXL_LIBRARY_IMPL(MXL_OPS, MXL_DISPATCH_KEY, m) {
   m.impl("build_schedule", &mxlogits::sm90::build_schedule);
   m.impl("check_schedule", &mxlogits::sm90::check_schedule);
   m.impl("pa_mqa_logits_mxfp4", &mxlogits::sm90::pa_mqa_logits_mxfp4);
+  m.impl("quantize_mxfp4_rows", &mxlogits::sm90::quantize_mxfp4_rows);
+  m.impl("quantize_mxfp4_cache", &mxlogits::sm90::quantize_mxfp4_cache);
   m.impl("build_compact_schedule", &mxlogits::sm90::build_compact_schedule);
   m.impl("pa_mqa_logits_compact", &mxlogits::sm90::pa_mqa_logits_compact);
   m.impl("check_compact_logits", &mxlogits::sm90::check_compact_logits);

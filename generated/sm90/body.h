@@ -190,6 +190,25 @@ LaunchStatus launch_compact_expand(const LaunchContext& ctx, const CompactArgs& 
   return last_launch_status();
 }
 
+// The MXFP4 quantizer (quant.h): a thread per block of 32 values.
+template <int QPB, int BK>
+__global__ void __launch_bounds__(quant::kThreads) quantize_kernel(const QuantArgs a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  const int64_t b = int64_t(blockIdx.x) * quant::kThreads + threadIdx.x;
+  if (b < a.rows * (a.row_len / quant::kBlock)) quant::quantize_one(a, b);
+#endif
+}
+
+template <class T>
+LaunchStatus launch_quantize(const LaunchContext& ctx, const QuantArgs& args) {
+  const int64_t blocks = args.rows * (args.row_len / quant::kBlock);
+  if (blocks == 0) return LaunchStatus{0, nullptr};
+  const auto kernel = quantize_kernel<T::Q_PER_BLOCK, T::BLOCK_K>;
+  const int grid = int((blocks + quant::kThreads - 1) / quant::kThreads);
+  kernel<<<grid, quant::kThreads, 0, static_cast<cudaStream_t>(ctx.stream)>>>(args);
+  return last_launch_status();
+}
+
 template <class T>
 inline constexpr int kLogitsBytes = sizeof(body::Shared<T>);
 

@@ -12,6 +12,8 @@ namespace mxlogits::sm90 {
 template <class T>
 LaunchStatus launch_schedule(const LaunchContext& ctx, const SchedArgs& args);
 template <class T>
+LaunchStatus launch_quantize(const LaunchContext& ctx, const QuantArgs& args);
+template <class T>
 LaunchStatus launch_compact_build(const LaunchContext& ctx, const CompactArgs& args);
 template <class T>
 LaunchStatus launch_compact_expand(const LaunchContext& ctx, const CompactArgs& args);
@@ -33,6 +35,7 @@ struct Tunables_qlen1_kv64 {
 };
 using Traits_qlen1_kv64 = Traits<InstanceTraits<1, 64, 132, 512>, Tunables_qlen1_kv64>;
 extern template LaunchStatus launch_schedule<Traits_qlen1_kv64>(const LaunchContext&, const SchedArgs&);
+extern template LaunchStatus launch_quantize<Traits_qlen1_kv64>(const LaunchContext&, const QuantArgs&);
 extern template LaunchStatus launch_compact_build<Traits_qlen1_kv64>(const LaunchContext&, const CompactArgs&);
 extern template LaunchStatus launch_compact_expand<Traits_qlen1_kv64>(const LaunchContext&, const CompactArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen1_kv64>(const LaunchContext&, const KernelArgs&);
@@ -49,6 +52,7 @@ struct Tunables_qlen2_kv64 {
 };
 using Traits_qlen2_kv64 = Traits<InstanceTraits<2, 64, 132, 448>, Tunables_qlen2_kv64>;
 extern template LaunchStatus launch_schedule<Traits_qlen2_kv64>(const LaunchContext&, const SchedArgs&);
+extern template LaunchStatus launch_quantize<Traits_qlen2_kv64>(const LaunchContext&, const QuantArgs&);
 extern template LaunchStatus launch_compact_build<Traits_qlen2_kv64>(const LaunchContext&, const CompactArgs&);
 extern template LaunchStatus launch_compact_expand<Traits_qlen2_kv64>(const LaunchContext&, const CompactArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen2_kv64>(const LaunchContext&, const KernelArgs&);
@@ -65,6 +69,7 @@ struct Tunables_qlen4_kv64 {
 };
 using Traits_qlen4_kv64 = Traits<InstanceTraits<4, 64, 132, 448>, Tunables_qlen4_kv64>;
 extern template LaunchStatus launch_schedule<Traits_qlen4_kv64>(const LaunchContext&, const SchedArgs&);
+extern template LaunchStatus launch_quantize<Traits_qlen4_kv64>(const LaunchContext&, const QuantArgs&);
 extern template LaunchStatus launch_compact_build<Traits_qlen4_kv64>(const LaunchContext&, const CompactArgs&);
 extern template LaunchStatus launch_compact_expand<Traits_qlen4_kv64>(const LaunchContext&, const CompactArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen4_kv64>(const LaunchContext&, const KernelArgs&);

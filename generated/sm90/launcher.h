@@ -32,6 +32,14 @@ void pa_mqa_logits_mxfp4(const at::Tensor& q, const at::Tensor& q_scale, const a
                          const std::optional<at::Tensor>& local_starts, const at::Tensor& out, int64_t num_rows,
                          int64_t max_seq_len, double weight_scale, int64_t q_per_block, int64_t block_k);
 
+// MXFP4 quantization of the rows of x (bit-exact with mxlogits.quantize_mxfp4), into codes and scales,
+// or scattered into a paged cache at slot_mapping (slots < 0 or past the cache skipped). The instance
+// only selects a TU: the quantizer is the same in each.
+void quantize_mxfp4_rows(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales, int64_t q_per_block,
+                         int64_t block_k);
+void quantize_mxfp4_cache(const at::Tensor& x, const at::Tensor& slot_mapping, const at::Tensor& kv_cache,
+                          const at::Tensor& kv_scale, int64_t q_per_block, int64_t block_k);
+
 // The compact schedule (docs/schedule.md): where each of schedule_meta.shape[0] - 1 CTAs starts, the
 // work split over the first num_ctas of them, from the windows of context_lens.
 void build_compact_schedule(const at::Tensor& context_lens, const at::Tensor& schedule_meta, int64_t next_n,

@@ -41,7 +41,8 @@ from ..layouts import NATURAL, arch_layout
 from ..manifest import variant_for_rows
 from ..op import pa_mqa_logits_mxfp4
 from ..plan import plan, plan_buffers
-from .indexer import table_shape
+from ..quantize import quantize_into_cache, quantize_rows
+from .indexer import hadamard_transform, table_shape
 
 
 def check_logits_dtype(logits_dtype: torch.dtype) -> None:
@@ -242,3 +243,33 @@ def fp8_paged_mqa_logits(q, *args, **kwargs) -> torch.Tensor:
 def fp8_mqa_logits(q, *args, **kwargs) -> torch.Tensor:
     """DeepGEMM's legacy name: fp8_fp4_mqa_logits for FP4 queries and keys; FP8 ones raise."""
     return fp8_fp4_mqa_logits(q, *args, **kwargs)
+
+
+def indexer_k_quant_and_cache(
+    k: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor, quant_block_size: int = 32,
+    scale_fmt: str | None = "ue8m0",
+) -> None:
+    """vLLM's key path for the FP4 cache: k [N, D] (bf16, fp16 or fp32) quantized to MXFP4 and row i
+    written to slot_mapping[i] (int64; negative: padding, skipped) of DeepGEMM's fused FP4 page buffer
+    kv_cache [blocks, 64, 1, D/2 + 4], in place, in one launch (mx.quantize_into_cache)."""
+    if quant_block_size != 32:
+        raise ValueError(f"mxlogits: quant_block_size: expected 32 (MXFP4's block), found {quant_block_size}")
+    if scale_fmt not in ("ue8m0", None):
+        raise ValueError(f"mxlogits: scale_fmt: expected 'ue8m0' (E8M0 scales), found {scale_fmt!r}")
+    check_natural(arch_of(k.device), "kv_cache")
+    values, scales = fused_kv_views(kv_cache, k.shape[-1])
+    quantize_into_cache(k, slot_mapping, values, scales)
+
+
+def quantize_query(q: torch.Tensor, hadamard: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """The query path: q [..., H, D] (bf16, fp16 or fp32), optionally Hadamard-rotated first, as
+    DeepGEMM's FP4 query: (int8 [..., H, D/2], int32 [..., H] of the four E8M0 bytes, block i in byte
+    i), in one launch besides the rotation (mx.quantize_rows)."""
+    if hadamard:
+        q = hadamard_transform(q)
+    codes, scales = quantize_rows(q)
+    if scales.shape[-1] > 4:
+        raise ValueError(f"mxlogits: q: expected D <= 128 (four scale bytes an int32), found D = {q.shape[-1]}")
+    if scales.shape[-1] < 4:  # the unused bytes as DeepGEMM pads them: scale 1
+        scales = torch.cat([scales, scales.new_full((*scales.shape[:-1], 4 - scales.shape[-1]), 127)], dim=-1)
+    return codes.view(torch.int8), scales.contiguous().view(torch.int32).squeeze(-1)

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from ..arch import arch_of
 from ..layouts import arch_layout, fused_views, gather_tokens, page_rows, scatter_tokens, to_layout
 from ..manifest import MqaLogitsVariant, manifest, variant_for_rows
-from ..mxfp4 import quantize_mxfp4
+from ..quantize import quantize_rows
 from ..op import pa_mqa_logits_mxfp4
 from ..paged_cache import fused_kv_cache
 from ..plan import MqaLogitsBuffers, MqaLogitsPlan, plan
@@ -194,7 +194,7 @@ class Indexer(torch.nn.Module):
         k = F.linear(x, self.wk).float()
         if self.hadamard:
             q, k = hadamard_transform(q), hadamard_transform(k)
-        return (*quantize_mxfp4(q), *quantize_mxfp4(k), F.linear(x, self.w_weights).float())
+        return (*quantize_rows(q), *quantize_rows(k), F.linear(x, self.w_weights).float())
 
     def write_cache(self, k: torch.Tensor, k_scale: torch.Tensor, batch: IndexerBatch) -> None:
         write_kv_in_graph(k, k_scale, batch.slot_mapping, *self.kv_views())

@@ -163,3 +163,36 @@ def test_adapter_compiles_fullgraph(arch):
     torch._dynamo.reset()
     got = torch.compile(dg.fp8_fp4_paged_mqa_logits, fullgraph=True, backend="aot_eager")(*args)
     assert torch.equal(got, dg.fp8_fp4_paged_mqa_logits(*args))
+
+
+def test_quantizers_write_deepgemms_layout(arch):
+    """indexer_k_quant_and_cache fills the fused FP4 pages byte for byte as the layout notes' writer does
+    (dg_inputs, from quantize_mxfp4); quantize_query packs q_sf as DeepGEMM's int32 (block i in byte i)."""
+    device = device_of(arch)
+    if mx.layouts.arch_layout(arch) != "natural":
+        with pytest.raises(ValueError, match="kv_cache: DeepGEMM's FP4 page buffer"):
+            dg.indexer_k_quant_and_cache(torch.randn(2, D, device=device), torch.zeros(1, 64, 1, HALF + 4,
+                                         dtype=torch.uint8, device=device), torch.zeros(2, dtype=torch.int64, device=device))  # fmt: skip
+        return
+    g = torch.Generator().manual_seed(4)
+    keys = torch.randn(150, D, generator=g).to(torch.bfloat16)
+    slots = torch.randperm(4 * PAGE, generator=g)[:150]
+    cache = torch.zeros(4, PAGE, 1, HALF + 4, dtype=torch.uint8, device=device)
+    dg.indexer_k_quant_and_cache(keys.to(device), cache, slots.to(device))
+    expected = torch.zeros(4, PAGE * (HALF + 4), dtype=torch.uint8)
+    values, scales = mx.quantize_mxfp4(keys)
+    for i, slot in enumerate(slots.tolist()):
+        page, t = divmod(slot, PAGE)
+        expected[page, t * HALF : (t + 1) * HALF] = values[i]
+        expected[page, PAGE * HALF + 4 * t : PAGE * HALF + 4 * t + 4] = scales[i]
+    assert torch.equal(cache.cpu().view(4, -1), expected)
+    q = torch.randn(3, 2, H, D, generator=g)
+    q_fp4, q_sf = dg.quantize_query(q.to(device))
+    codes, q_bytes = mx.quantize_mxfp4(q)
+    assert q_fp4.dtype == torch.int8 and torch.equal(q_fp4.cpu().view(torch.uint8), codes)
+    packed = sum(q_bytes[..., i].to(torch.int64) << (8 * i) for i in range(4))
+    assert torch.equal(q_sf.cpu(), torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32))
+    with pytest.raises(ValueError, match="quant_block_size: expected 32"):
+        dg.indexer_k_quant_and_cache(keys.to(device), cache, slots.to(device), quant_block_size=128)
+    with pytest.raises(ValueError, match="scale_fmt: expected 'ue8m0'"):
+        dg.indexer_k_quant_and_cache(keys.to(device), cache, slots.to(device), scale_fmt="fp32")

@@ -223,10 +223,15 @@ def test_bench_script_prints_its_table(capsys):
 
 
 def test_readme_model_example_runs(capsys):
-    """The README's "Using mxlogits in a model" example (a ```py block: test_readme runs the ```python one)."""
+    """The README's "Using mxlogits in a model" examples, the indexer and the vLLM-style DeepGEMM calls
+    (```py blocks: test_readme runs the ```python one)."""
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Using mxlogits in a model", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```py\n(.*?)```", section, flags=re.DOTALL)
-    assert len(blocks) == 1
-    exec(compile(blocks[0], "README.md", "exec"), {})
-    assert "top-k per row: [101, 102, 151, 152, 0, 0]" in capsys.readouterr().out
+    assert len(blocks) == 2
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert "top-k per row: [101, 102, 151, 152, 0, 0]" in out
+    assert "decode, finite logits per row: [299, 300, 69, 70]" in out
+    assert "prefill, finite logits per row: [297, 298, 299, 300]" in out
