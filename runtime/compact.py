@@ -10,6 +10,7 @@ import torch
 
 from .arch import arch_of
 from .manifest import MqaLogitsVariant, default_variant, manifest, resolve_variant, variant_for_rows
+from .op import new_out
 from .ops import ops
 from .plan import count_arg
 
@@ -101,7 +102,7 @@ def pa_mqa_logits_compact(
             weights=weights, context_lens=context_lens, schedule_meta=schedule, out=None, next_n=n,
             setup_pages=setup, max_seq_len=max_seq_len, q_per_block=qpb, block_k=bk,
         )  # fmt: skip
-        out = torch.full((context_lens.shape[0] * n, max_seq_len), float("-inf"), device=device)
+        out = new_out(context_lens.shape[0] * n, max_seq_len, device)
     module.pa_mqa_logits_compact(
         q=q, q_scale=q_scale, kv_cache=kv_cache, kv_scale=kv_scale, block_tables=block_tables, weights=weights,
         context_lens=context_lens, schedule_meta=schedule, out=out, next_n=n, setup_pages=setup,

@@ -99,7 +99,7 @@ def pa_mqa_logits_mxfp4(
     if plan.checked is not None:
         check_launch(plan.checked, block_tables, kv_cache.shape[0], manifest().page_size, max_seq_len)
     if out is None:
-        out = _new_out(q.shape[0], max_seq_len, device)
+        out = new_out(q.shape[0], max_seq_len, device)
     module.pa_mqa_logits_mxfp4(
         q=q, q_scale=q_scale, kv_cache=kv_cache, kv_scale=kv_scale, block_tables=block_tables, weights=weights,
         cta_info=buffers.cta_info, cta_ranges=buffers.cta_ranges, local_ends=plan.local_ends,
@@ -109,7 +109,8 @@ def pa_mqa_logits_mxfp4(
     return out
 
 
-def _new_out(rows: int, max_seq_len: int, device: torch.device) -> torch.Tensor:
+def new_out(rows: int, max_seq_len: int, device: torch.device) -> torch.Tensor:
+    """A new fp32 [rows, max_seq_len] out of -inf; an allocation failure raises naming `out`."""
     try:
         return torch.full((rows, max_seq_len), float("-inf"), dtype=torch.float32, device=device)
     except RuntimeError as e:  # torch.OutOfMemoryError is one

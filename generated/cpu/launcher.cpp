@@ -267,8 +267,17 @@ void check_shapes(const LogitsInputs& in) {
 }
 
 template <class T>
+void launch_checked_logits(const LogitsInputs& in, double weight_scale);
+
+template <class T>
 void run_logits(const LogitsInputs& in, double weight_scale) {
   check_shapes<T>(in);
+  launch_checked_logits<T>(in, weight_scale);
+}
+
+// The logits launch of inputs check_shapes has passed.
+template <class T>
+void launch_checked_logits(const LogitsInputs& in, double weight_scale) {
   if (in.num_rows == 0) return;
   const c10::DeviceGuard guard(in.q.device());
   KernelArgs a{};
@@ -528,7 +537,7 @@ void run_compact_logits(const LogitsInputs& given, const at::Tensor& seq_lens, c
     const c10::DeviceGuard guard(seq_lens.device());
     check_launch(launch_compact_expand<T>(launch_context(seq_lens.device()), a), "pa_mqa_logits_compact (expansion)");
   }
-  run_logits<T>(in, weight_scale);
+  launch_checked_logits<T>(in, weight_scale);  // checked above
 }
 
 // Calls f(Traits{}) for the instance compiled for (q_per_block, block_k); anything else raises.

@@ -11,6 +11,7 @@ import pytest
 import torch
 from mxlogits.integrations import deepgemm as dg
 from support.cases import assert_matches
+from support.deepgemm import as_int32
 from support.params import device_of
 
 H, D, PAGE = 64, 128, 64
@@ -42,8 +43,7 @@ def dg_inputs(contexts, next_n, device, *, max_len=None, page_pad=0, seed=0):
     # Sliced on the device: a copy of a padded view to another device would drop the padding.
     kv_cache = storage.to(device)[:, :PAGE_BYTES].view(num_pages, PAGE, 1, HALF + 4)
     q, q_scale = mx.quantize_mxfp4(torch.randn(b * next_n, H, D, generator=g))
-    packed = sum(q_scale[..., i].to(torch.int64) << (8 * i) for i in range(4))  # byte i = block i
-    q_sf = torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32).view(b, next_n, H)
+    q_sf = as_int32(q_scale).view(b, next_n, H)  # byte i = block i
     weights = torch.randn(b * next_n, H, generator=g)
     to = lambda *ts: [t.to(device) for t in ts]  # noqa: E731
     q8, q_sf, weights_dg, block_table_dg = to(q.view(torch.int8).view(b, next_n, H, HALF), q_sf, weights, block_table)
@@ -190,8 +190,7 @@ def test_quantizers_write_deepgemms_layout(arch):
     q_fp4, q_sf = dg.quantize_query(q.to(device))
     codes, q_bytes = mx.quantize_mxfp4(q)
     assert q_fp4.dtype == torch.int8 and torch.equal(q_fp4.cpu().view(torch.uint8), codes)
-    packed = sum(q_bytes[..., i].to(torch.int64) << (8 * i) for i in range(4))
-    assert torch.equal(q_sf.cpu(), torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32))
+    assert torch.equal(q_sf.cpu(), as_int32(q_bytes))
     with pytest.raises(ValueError, match="quant_block_size: expected 32"):
         dg.indexer_k_quant_and_cache(keys.to(device), cache, slots.to(device), quant_block_size=128)
     with pytest.raises(ValueError, match="scale_fmt: expected 'ue8m0'"):

@@ -24,8 +24,10 @@ def dg_fp4(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def as_int32(scale_bytes: torch.Tensor) -> torch.Tensor:
-    """E8M0 bytes [..., 4] as DeepGEMM's int32 (byte i in bits 8i..8i+7)."""
-    return scale_bytes.contiguous().view(torch.int32).squeeze(-1)
+    """E8M0 bytes [..., 4] as DeepGEMM's int32 (byte i in bits 8i..8i+7), by arithmetic: an oracle
+    independent of the adapter's int32 views."""
+    packed = sum(scale_bytes[..., i].to(torch.int64) << (8 * i) for i in range(4))
+    return torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32)
 
 
 def calc_diff(x: torch.Tensor, y: torch.Tensor) -> float:
