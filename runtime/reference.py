@@ -48,18 +48,23 @@ def reference_logits(
     if out is None:
         out = torch.full((q.shape[0], max_seq_len), float("-inf"), dtype=torch.float32, device=q.device)
     qf = dequantize_mxfp4(q[:n], q_scale[:n])
-    kf = dequantize_mxfp4(kv_cache, kv_scale)
     w = weights[:n].float() * weight_scale
     batches = _row_batches(n, row_to_batch, cu_seq_q, q.device).tolist()
     starts = [0] * n if local_starts is None else local_starts[:n].tolist()
-    ends = local_ends[:n].tolist()
+    ends = [min(e, max_seq_len) for e in local_ends[:n].tolist()]
+    reach: dict[int, int] = {}  # per sequence, the furthest token a row reads
+    for b, e in zip(batches, ends, strict=True):
+        reach[b] = max(reach.get(b, 0), e)
     zero = torch.zeros((), device=q.device)
+    keys_of = None  # (sequence, its keys in fp32): rows come grouped by sequence, one dequantization each
     for r in range(n):
-        s, e, b = max(starts[r], 0), min(ends[r], max_seq_len), batches[r]
+        s, e, b = max(starts[r], 0), ends[r], batches[r]
         if e <= s or not 0 <= b < block_tables.shape[0]:
             continue
-        tokens = torch.arange(s, e, device=q.device)
-        keys = kf[block_tables[b, tokens // page].long(), tokens % page]
+        if keys_of is None or keys_of[0] != b:  # only the pages the sequence's rows read: the cache may be large
+            pages = block_tables[b, : -(-reach[b] // page)].long()
+            keys_of = (b, dequantize_mxfp4(kv_cache[pages], kv_scale[pages]).flatten(0, 1))
+        keys = keys_of[1][s:e]
         dots = qf[r] @ keys.T  # [H, tokens]
         out[r, s:e] = (w[r, :, None] * torch.maximum(dots, zero)).sum(0)
     return out
