@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 
 from ..arch import arch_of
-from ..layouts import arch_layout, fused_views, gather_tokens, page_rows, scatter_tokens, to_layout
+from ..layouts import NATURAL, arch_layout, fused_views, gather_tokens, page_rows, scatter_tokens, to_layout
 from ..manifest import MqaLogitsVariant, manifest, variant_for_rows
-from ..quantize import quantize_rows
+from ..quantize import quantize_into_cache, quantize_rows
 from ..op import pa_mqa_logits_mxfp4
 from ..paged_cache import fused_kv_cache
 from ..plan import MqaLogitsBuffers, MqaLogitsPlan, plan
@@ -37,19 +37,23 @@ def table_shape() -> tuple[int, int, int]:
     return m.heads, m.head_dim, m.page_size
 
 
+_SYLVESTER: dict[tuple[int, torch.device, torch.dtype], torch.Tensor] = {}
+
+
 def hadamard_transform(x: torch.Tensor) -> torch.Tensor:
-    """x @ H_d / sqrt(d) along the last dim (H_d the Sylvester Hadamard matrix, d a power of two),
-    as a fast Walsh-Hadamard transform: log2(d) butterfly passes, no d x d matrix."""
+    """x @ H_d / sqrt(d) along the last dim (H_d the Sylvester Hadamard matrix, d a power of two): one
+    matrix product (a butterfly is log2(d) passes of small launches, most of a decode step's
+    projection time). The normalized matrix is built once per (d, device, dtype) and kept."""
     d = x.shape[-1]
     if d & (d - 1):
         raise ValueError(f"mxlogits: hadamard_transform: expected a power-of-two last dim, found {d}")
-    y, h = x, 1
-    while h < d:
-        y = y.reshape(*x.shape[:-1], d // (2 * h), 2, h)
-        a, b = y[..., 0, :], y[..., 1, :]
-        y = torch.stack((a + b, a - b), dim=-2)
-        h *= 2
-    return y.reshape(x.shape) * d**-0.5
+    key = (d, x.device, x.dtype)
+    if key not in _SYLVESTER:
+        h = torch.ones(1, 1, dtype=torch.float64)
+        while h.shape[0] < d:
+            h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)])
+        _SYLVESTER[key] = (h * d**-0.5).to(x.device, x.dtype)
+    return x @ _SYLVESTER[key]
 
 
 def write_kv_in_graph(
@@ -188,16 +192,21 @@ class Indexer(torch.nn.Module):
         return fused_views(self.kv_buffer, arch_layout(arch_of(self.kv_buffer.device)))
 
     def project(self, x: torch.Tensor, qr: torch.Tensor | None = None):
-        """(q, q_scale, k, k_scale, weights): MXFP4 queries [T, H, D/2] and keys [T, D/2] with their
-        E8M0 scales, fp32 weights [T, H]."""
+        """(q, q_scale, k, weights): MXFP4 queries [T, H, D/2] with their E8M0 scales, the keys [T, D]
+        in fp32 (rotated when the model rotates; write_cache quantizes them), fp32 weights [T, H]."""
         q = F.linear(x if qr is None else qr, self.wq).float().view(-1, self.heads, self.dim)
         k = F.linear(x, self.wk).float()
         if self.hadamard:
             q, k = hadamard_transform(q), hadamard_transform(k)
-        return (*quantize_rows(q), *quantize_rows(k), F.linear(x, self.w_weights).float())
+        return (*quantize_rows(q), k, F.linear(x, self.w_weights).float())
 
-    def write_cache(self, k: torch.Tensor, k_scale: torch.Tensor, batch: IndexerBatch) -> None:
-        write_kv_in_graph(k, k_scale, batch.slot_mapping, *self.kv_views())
+    def write_cache(self, k: torch.Tensor, batch: IndexerBatch) -> None:
+        """Quantize the keys k [T, D] and write row i at batch.slot_mapping[i] (pad rows skipped): one
+        launch into a natural-layout cache; quantize, then gather and scatter into another layout."""
+        if arch_layout(arch_of(self.kv_buffer.device)) == NATURAL:
+            quantize_into_cache(k, batch.slot_mapping, *self.kv_views())
+        else:
+            write_kv_in_graph(*quantize_rows(k), batch.slot_mapping, *self.kv_views())
 
     def logits(self, q, q_scale, weights, batch: IndexerBatch) -> torch.Tensor:
         """fp32 [T, max_seq_len]: the op over each row's window, -inf elsewhere. q_scale in either layout
@@ -216,8 +225,8 @@ class Indexer(torch.nn.Module):
         )
 
     def forward(self, x: torch.Tensor, batch: IndexerBatch, qr: torch.Tensor | None = None, return_logits=False):
-        q, q_scale, k, k_scale, weights = self.project(x, qr)
-        self.write_cache(k, k_scale, batch)  # before the logits: a row sees its own token
+        q, q_scale, k, weights = self.project(x, qr)
+        self.write_cache(k, batch)  # before the logits: a row sees its own token
         logits = self.logits(q, q_scale, weights, batch)
         idx = select_topk(logits, batch.local_ends, self.topk)
         return (idx, logits) if return_logits else idx

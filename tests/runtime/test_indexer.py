@@ -27,7 +27,8 @@ class TorchIndexer:
 
     def step(self, x, positions, seqs):
         """fp32 logits over [0, position + 1) of each row (empty for a pad row)."""
-        q, q_scale, k, k_scale, w = (t.cpu() for t in self.model.project(x))
+        q, q_scale, k, w = (t.cpu() for t in self.model.project(x))
+        k, k_scale = mx.quantize_mxfp4(k)  # the rule the cache write must follow
         live = [r for r, p in enumerate(positions) if p >= 0]
         self.keys[[seqs[r] for r in live], [positions[r] for r in live]] = mx.dequantize_mxfp4(k, k_scale)[live]
         queries = mx.dequantize_mxfp4(q, q_scale)
@@ -218,7 +219,7 @@ def test_bench_script_prints_its_table(capsys):
 
     assert indexer_bench.main(["--device", "cpu", "--context", "300", "--iters", "1", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
-    for part in ("metadata + plan", "projections", "cache write", "logits", "top-2048", "whole step"):
+    for part in ("metadata + plan", "projections", "into the cache", "logits", "top-2048", "whole step"):
         assert part in out
 
 
