@@ -95,6 +95,11 @@ MXL_HD inline float load_value(const void* row, int64_t i, int dtype) {
   return float_of(sign) + (sign ? -1.f : 1.f) * float(m) * 5.9604644775390625e-8f;  // m * 2^-24
 }
 
+// A block's 16 code bytes, stored as one 16-byte access where the address allows.
+struct alignas(16) Codes {
+  uint8_t bytes[kBlock / 2];
+};
+
 // Block b of the quantization: row b / blocks_per_row of x into its destination, where rows go to
 // `codes` / `scales` (rows of the output) or, given slots, to page slot / PAGE, row slot % PAGE of the
 // paged cache (negative slots and slots at or past the cache's capacity are skipped). One thread a
@@ -117,9 +122,13 @@ MXL_HD inline void quantize_one(const QuantArgs& a, int64_t b) {
   const void* x_row = static_cast<const uint8_t*>(a.x) + row * a.x_row_stride * elem;
   float v[kBlock];
   for (int i = 0; i < kBlock; ++i) v[i] = load_value(x_row, k * kBlock + i, a.x_dtype);
-  uint8_t packed[kBlock / 2];
-  *scale = quantize_block(v, packed);
-  memcpy(codes, packed, sizeof packed);
+  Codes packed;
+  *scale = quantize_block(v, packed.bytes);
+  if ((reinterpret_cast<uintptr_t>(codes) & 15u) == 0) {
+    *reinterpret_cast<Codes*>(codes) = packed;
+  } else {
+    memcpy(codes, packed.bytes, sizeof packed);  // unknown alignment: 16 one-byte stores on a GPU
+  }
 }
 
 }  // namespace mxlogits::quant
