@@ -16,12 +16,17 @@ from .limits import measure_limits
 from .origin import device_name
 from .report import write_json
 from .rows import BenchError, pick_variant
-from .shapes import QUICK_SCALE, TABLES
+from .peer import PEERS, PeerUnavailable, load_peer, peer_version
+from .shapes import DEFAULT_TABLES, QUICK_SCALE, TABLES
 from .tables import run_tables, sweep_grids
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--tables", help=f"comma-separated subset of {','.join(TABLES)} (default: all)")
+    ap.add_argument(
+        "--tables",
+        help=f"comma-separated subset of {','.join(TABLES)} (default: {','.join(DEFAULT_TABLES)}; the deepgemm_* "
+        "tables are the shapes of DeepGEMM's paged test)",
+    )
     ap.add_argument("--variant", help="run every table on this variant instead of the table's own")
     ap.add_argument(
         "--quick",
@@ -43,6 +48,12 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         "repeatable. Needs jinja2 and pyyaml (mxlogits[codegen]) and a checkout",
     )
     ap.add_argument("--tune-root", type=Path, help="checkout whose instances.yaml and templates/ --tune starts from")
+    ap.add_argument(
+        "--peer",
+        choices=sorted(PEERS),
+        help="time the peer's kernels on every row too, same process and timer, and print its time over the op's "
+        "(deepgemm: DeepGEMM's FP8 kernels, built from source: docs/performance.md)",
+    )
 
 
 def _argument_error(args: argparse.Namespace) -> str | None:
@@ -55,6 +66,8 @@ def _argument_error(args: argparse.Namespace) -> str | None:
         return "--plot draws the tables' rows, which --sweep does not produce"
     if args.tune and (args.sweep or args.plot):
         return "--tune runs one bench per combination and prints its own table: no --sweep or --plot with it"
+    if args.peer and (args.tune or args.sweep):
+        return "--peer times the tables' rows beside the peer: no --tune or --sweep with it"
     if args.tune_root and not args.tune:
         return "--tune-root is where --tune starts from: give --tune too"
     if args.plot:
@@ -77,6 +90,11 @@ def run(args: argparse.Namespace, device: torch.device) -> int:
         from .tune import run_tune  # imports the code generator (jinja2, pyyaml) when it runs
 
         return run_tune(args, device, arch)
+    try:
+        peer = load_peer(args.peer) if args.peer else None
+    except PeerUnavailable as e:
+        print(e, file=sys.stderr)
+        return 2
     quick = device.type != "cuda" if args.quick is None else args.quick
     scale = QUICK_SCALE if quick else 1
     repeats = args.repeats or (30 if device.type == "cuda" else 3)
@@ -87,20 +105,22 @@ def run(args: argparse.Namespace, device: torch.device) -> int:
         print(f"quick: token counts and prefill rows are divided by {scale}; these are not the tables' shapes of docs/performance.md")
     timer = "CUDA events around the op launch alone" if device.type == "cuda" else "wall clock around the op call"
     print(f"timing: median of {repeats} calls after a warm-up, {timer}; plan timed separately")
+    if peer:
+        print(f"peer: {peer_version(peer)}, timed on each row by the same timer; speedup = its µs / the op's")
     rows = []
-    for table in args.tables.split(",") if args.tables else TABLES:
+    for table in args.tables.split(",") if args.tables else DEFAULT_TABLES:
         v = pick_variant(table, arch, args.variant)
         rows += [(shape, v) for shape in TABLES[table](scale, v.cta_resident)]
     try:
         if args.sweep:
             results, sweep = [], sweep_grids(rows, device, limits, repeats)
         else:
-            results, sweep = run_tables(rows, device, limits, repeats), None
+            results, sweep = run_tables(rows, device, limits, repeats, peer), None
     except BenchError as e:
         print(e, file=sys.stderr)
         return 1
     if args.json:
-        run_info = {"quick": quick, "scale": scale, "repeats": repeats}
+        run_info = {"quick": quick, "scale": scale, "repeats": repeats, "peer": args.peer and peer_version(peer)}
         write_json(args.json, device, arch, limits, run_info, results, sweep)
         print(f"wrote {args.json}")
     if args.plot:

@@ -18,12 +18,34 @@ HEADER = (
     f"{'TFLOP/s':>8} {'TB/s':>6} {'% roof':>7}"
 )
 
+# --peer's columns: on the paged path the op through the DeepGEMM adapter's schedule (metadata, logits);
+# the peer's metadata and logits medians, its time over the op's (> 1: the op is faster), and
+# calc_diff of its logits against the op's
+PEER_HEADER = f" {'cmeta µs':>8} {'compact µs':>10} {'peer meta':>9} {'peer µs':>10} {'speedup':>7} {'diff':>7}"
+
+
+def _us(value: float | None, width: int) -> str:
+    return f"{'-' if value is None else f'{value:.1f}':>{width}}"
+
+
+def _peer_columns(r: dict) -> str:
+    if "peer_error" not in r and "peer_op_us" not in r:
+        return ""
+    ours = f" {_us(r.get('compact_meta_us'), 8)} {_us(r.get('compact_op_us'), 10)}"
+    if "peer_error" in r:
+        return f"{ours}  peer: {r['peer_error']}"
+    return (
+        f"{ours} {_us(r['peer_meta_us'], 9)} {r['peer_op_us']:10.1f} {r['peer_op_us'] / r['op_us']:7.2f} "
+        f"{r['peer_diff']:7.1e}"
+    )
+
 
 def line(r: dict) -> str:
     """The printed line of one bench_row result."""
     return (
         f"{r['table']:16} {r['shape']:30} {r['variant']:14} {r['num_ctas']:5} {r['plan_us']:9.1f} {r['op_us']:10.1f} "
         f"{r['host_us']:8.1f} {r['tflops']:8.2f} {r['tbps']:6.3f} {r['roofline_pct']:7.2f}"
+        + _peer_columns(r)
         + ("  (checked)" if r["checked"] else "")
     )
 
@@ -45,6 +67,11 @@ def summarize(results: list[dict]) -> dict:
             "op_us_total": op_us,
             "roofline_pct_table": 100 * sum(r["roofline_us"] for r in mine) / op_us,
         }
+        timed = [r for r in mine if "peer_op_us" in r]
+        if timed:
+            out[table]["peer_rows"] = len(timed)
+            out[table]["peer_faster_rows"] = sum(r["peer_op_us"] < r["op_us"] for r in timed)
+            out[table]["speedup_geomean"] = statistics.geometric_mean([r["peer_op_us"] / r["op_us"] for r in timed])
     return out
 
 
@@ -54,6 +81,12 @@ def summary_line(table: str, s: dict) -> str:
         f"{table}: {s['rows']} rows, % of roofline min {s['roofline_pct_min']:.2f} geomean "
         f"{s['roofline_pct_geomean']:.2f} max {s['roofline_pct_max']:.2f}, of the whole table "
         f"{s['roofline_pct_table']:.2f}; op total {s['op_us_total']:.1f} µs"
+        + (
+            f"; against the peer on {s['peer_rows']} rows: speedup geomean {s['speedup_geomean']:.2f}, "
+            f"peer faster on {s['peer_faster_rows']}"
+            if "peer_rows" in s
+            else ""
+        )
     )
 
 

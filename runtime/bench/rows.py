@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from types import ModuleType
 
 import torch
 
@@ -16,6 +17,7 @@ from ..plan import block_table_width, plan, plan_buffers
 from ..reference import reference_logits
 from .inputs import Problem, make_problem, set_bytes
 from .limits import Limits
+from .peer import peer_row
 from .shapes import Shape, Work, count_work
 from .timing import call_seconds, host_seconds
 
@@ -27,6 +29,9 @@ TABLE_Q_PER_BLOCK = {
     "prefill_causal": 4,
     "prefill_fresh": 4,
     "prefill_chunked": 4,
+    "deepgemm_next1": None,
+    "deepgemm_next2": 2,
+    "deepgemm_next6": 4,
 }
 GUARD_ROWS = 8  # rows of a shape checked against the fp32 reference before it is timed
 MAX_SETS = 64  # input sets a timed call rotates through, at most
@@ -68,12 +73,16 @@ def _num_sets(shape: Shape, work: Work, device: torch.device) -> int:
     return max(1, min(wanted, MAX_SETS, free // 4 // set_bytes(shape)))
 
 
+def guard_rows(shape: Shape) -> list[int]:
+    """GUARD_ROWS rows spread over the shape: the rows compared with a reference."""
+    n = shape.total_q
+    return sorted({round(i * (n - 1) / max(GUARD_ROWS - 1, 1)) for i in range(min(GUARD_ROWS, n))})
+
+
 def _check(problem: Problem, variant: MqaLogitsVariant) -> None:
     """Set 0's output on GUARD_ROWS rows against reference_logits; raises BenchError outside the bound."""
     shape = problem.shape
-    n = shape.total_q
-    idx = sorted({round(i * (n - 1) / max(GUARD_ROWS - 1, 1)) for i in range(min(GUARD_ROWS, n))})
-    rows = torch.tensor(idx, device=problem.local_ends.device)
+    rows = torch.tensor(guard_rows(shape), device=problem.local_ends.device)
     s = problem.sets[0]
     ref = reference_logits(
         s.q[rows], s.q_scale[rows], s.kv_cache, s.kv_scale, problem.block_tables, s.weights[rows],
@@ -103,8 +112,10 @@ def bench_row(
     *,
     num_ctas: int | None = None,
     guard: bool = False,
+    peer: ModuleType | None = None,
 ) -> dict:
-    """Plan and op medians of one shape on one variant and grid, with docs/performance.md's counts."""
+    """Plan and op medians of one shape on one variant and grid, with docs/performance.md's counts;
+    with `peer` (bench --peer) the peer's times on the same shape too (peer.peer_row)."""
     m = manifest()
     work = count_work(shape, variant.q_per_block, m.heads, m.head_dim)
     width = block_table_width(shape.max_seq_len, device=device)  # the arch's widest variant
@@ -132,6 +143,8 @@ def bench_row(
     seconds = statistics.median(call_seconds(calls, device, repeats))
     host = host_seconds(calls, device, repeats) if device.type == "cuda" else seconds
     roof = roofline_seconds(work, limits)
+    # the timed calls left set 0's output, which the peer is compared with
+    theirs = {} if peer is None else peer_row(peer, problem, device, repeats, guard_rows(shape), variant)
     return {
         "table": shape.table,
         "shape": shape.label,
@@ -151,4 +164,5 @@ def bench_row(
         "roofline_us": roof * 1e6,
         "roofline_pct": 100 * roof / seconds,
         "checked": guard,
+        **theirs,
     }

@@ -126,6 +126,23 @@ def prefill_chunked(scale: int, cta_resident: int) -> list[Shape]:
     ]
 
 
+DEEPGEMM_POOL = 32 << 20  # DeepGEMM's test skips batch x average context above this many tokens
+
+
+def deepgemm_test(next_n: int, scale: int, cta_resident: int) -> list[Shape]:
+    """The shapes of DeepGEMM's paged MQA-logits test (its tests/test_attention.py): batch 256 and 4,096,
+    average context 8,192 and 65,536 where batch x average <= 32 Mi tokens, each context drawn uniformly
+    from [0.7, 1.3) x the average; decode with next_n rows a sequence."""
+    shapes = []
+    for batch, avg in itertools.product((256, 4096), (8192, 65536)):
+        if batch * avg > DEEPGEMM_POOL:
+            continue
+        draw = random.Random(f"{batch},{avg}")
+        contexts = [max(next_n, draw.randrange(int(0.7 * avg), int(1.3 * avg)) // scale) for _ in range(batch // scale)]
+        shapes.append(_decode(f"deepgemm_next{next_n}", f"B={batch // scale} avg={avg // scale}", contexts, next_n))
+    return shapes
+
+
 # table -> shapes(scale, cta_resident), in docs/performance.md's order.
 TABLES = {
     "decode_mtp1": decode_mtp1,
@@ -134,4 +151,9 @@ TABLES = {
     "prefill_causal": prefill_causal,
     "prefill_fresh": prefill_fresh,
     "prefill_chunked": prefill_chunked,
+    "deepgemm_next1": partial(deepgemm_test, 1),
+    "deepgemm_next2": partial(deepgemm_test, 2),
+    "deepgemm_next6": partial(deepgemm_test, 6),
 }
+# what bench runs without --tables: the performance tables (the deepgemm_* ones are named to run)
+DEFAULT_TABLES = tuple(t for t in TABLES if not t.startswith("deepgemm"))

@@ -10,27 +10,27 @@ import statistics
 import torch
 
 from ..manifest import MqaLogitsVariant, manifest
-from .report import HEADER, line, summarize, summary_line
+from .report import HEADER, PEER_HEADER, line, summarize, summary_line
 from .rows import bench_row
 from .shapes import Shape, count_work
 
 SWEEP_MULTIPLES = (1, 2, 3, 4)  # --sweep grids: k x the SM count
 
 
-def run_tables(rows: list[tuple[Shape, MqaLogitsVariant]], device, limits, repeats) -> list[dict]:
+def run_tables(rows: list[tuple[Shape, MqaLogitsVariant]], device, limits, repeats, peer=None) -> list[dict]:
     """Each row once, printed as it completes, then the table's summary. Each row is checked against
     the reference before it is timed on a GPU (where the reference is fast, and large rows find
     what small ones do not: the fp8 path's accumulation error grows with the logits); on the host
-    each table's shape with the fewest cells."""
+    each table's shape with the fewest cells. `peer`: the --peer module, timed on every row too."""
     m = manifest()
-    print(HEADER)
+    print(HEADER + (PEER_HEADER if peer else ""))
     results = []
     for table, group in itertools.groupby(rows, key=lambda row: row[0].table):
         group = list(group)
         checked = min(group, key=lambda row: count_work(row[0], row[1].q_per_block, m.heads, m.head_dim).cells)
         for row in group:
             guard = device.type == "cuda" or row is checked
-            results.append(bench_row(*row, device, limits, repeats, guard=guard))
+            results.append(bench_row(*row, device, limits, repeats, guard=guard, peer=peer))
             print(line(results[-1]), flush=True)
         print(summary_line(table, summarize(results[-len(group):])[table]))
     return results

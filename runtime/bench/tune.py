@@ -26,7 +26,7 @@ import torch
 from ..manifest import GENERATED_DIR_ENV, MqaLogitsVariant
 from .limits import measure_limits
 from .rows import table_variant
-from .shapes import TABLES
+from .shapes import DEFAULT_TABLES
 from .tune_report import print_report, write_json
 from .tune_yaml import RowError, set_instance_keys
 
@@ -122,7 +122,7 @@ def _targets(args, table, arch: str) -> list[tuple[object, tuple[str, ...]]]:
         raise TuneError(f"{table.path} has no instances of arch {arch!r}")
     own = [MqaLogitsVariant(i.name, i.q_per_block, i.block_k, i.cta_resident, i.arch) for i in rows]
     by_name = {i.name: i for i in rows}
-    tables = tuple(args.tables.split(",") if args.tables else TABLES)
+    tables = tuple(args.tables.split(",") if args.tables else DEFAULT_TABLES)
     if args.variant:
         names = [n.strip() for n in args.variant.split(",") if n.strip()]
         unknown = [n for n in names if n not in by_name]

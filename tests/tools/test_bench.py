@@ -84,7 +84,7 @@ def test_every_gpu_row_is_checked_before_it_is_timed(monkeypatch, capsys, device
     # accumulation): every row is checked; on the host, each table's row with the fewest cells.
     guards = []
 
-    def fake_row(shape, variant, dev, limits, repeats, *, guard):
+    def fake_row(shape, variant, dev, limits, repeats, *, guard, peer=None):
         guards.append((shape.table, guard))
         return {"table": shape.table, "shape": shape.label, "variant": variant.name, "num_ctas": 1, "plan_us": 1.0,
                 "op_us": 1.0, "host_us": 1.0, "tflops": 1.0, "tbps": 1.0, "roofline_us": 0.01, "roofline_pct": 1.0,
