@@ -14,6 +14,7 @@ CPP_TYPES = {
     "Tensor?": "const std::optional<at::Tensor>&",
     "int": "int64_t",
     "float": "double",
+    "bool": "bool",
     "Device": "c10::Device",
 }
 CPP_RETURNS = {"()": "void", "int[]": "std::vector<int64_t>"}
@@ -105,8 +106,8 @@ OPS = (
     Op("check_schedule", _args(_SCHEDULE), "()"),  # build_schedule's checks alone: it writes nothing
     Op(
         "pa_mqa_logits_mxfp4",
-        _args(f"{_LOGITS_INPUTS}, Tensor out, int num_rows, int max_seq_len, float weight_scale, int q_per_block, "
-              "int block_k", {"out": "a"}),  # fmt: skip
+        _args(f"{_LOGITS_INPUTS}, Tensor out, int num_rows, int max_seq_len, float weight_scale, "
+              "bool out_from_start, int q_per_block, int block_k", {"out": "a"}),  # fmt: skip
         "()",
     ),
     Op(
@@ -144,7 +145,8 @@ OPS = (
     # pa_mqa_logits_mxfp4's checks alone; out may be absent (the checks made before allocating it)
     Op(
         "check_logits",
-        _args(f"{_LOGITS_INPUTS}, Tensor? out, int num_rows, int max_seq_len, int q_per_block, int block_k"),
+        _args(f"{_LOGITS_INPUTS}, Tensor? out, int num_rows, int max_seq_len, bool out_from_start, int q_per_block, "
+              "int block_k"),
         "()",
     ),
 )

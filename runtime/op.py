@@ -24,10 +24,13 @@ def pa_mqa_logits_mxfp4(
     *,
     weight_scale: float = 1.0,
     out: torch.Tensor | None = None,
+    out_from_start: bool = False,
 ) -> torch.Tensor:
     """out[r, t] = sum_h weight_scale * weights[r, h] * maximum(q[r, h] . K[t], 0) for every row r
     of the plan and t in its window [local_starts[r], local_ends[r]); other cells of `out` are
     not written. Without `out`, returns a new [q.shape[0], max_seq_len] fp32 tensor of -inf.
+    out_from_start (cpu, sm90; needs `out`): that cell goes to out[r, t - local_starts[r]] instead, and
+    a window is cut at local_starts[r] + out.shape[1] (DeepGEMM's compressed logits).
 
     q [T, H, D/2] and kv_cache [pages, PAGE, D/2] are packed E2M1 (uint8); q_scale [T, H, D/32]
     and kv_scale [pages, PAGE, D/32] E8M0 (uint8); kv_cache/kv_scale may be strided views of one
@@ -69,6 +72,10 @@ def pa_mqa_logits_mxfp4(
         if t.device != device:
             raise ValueError(f"mxlogits: {name}: expected a tensor on {device} (that of q), found {t.device}")
     count_arg(max_seq_len, "max_seq_len", 0)
+    if not isinstance(out_from_start, bool):
+        raise TypeError(f"mxlogits: out_from_start: expected a bool, found {type(out_from_start).__name__}")
+    if out_from_start and out is None:
+        raise ValueError("mxlogits: out: expected a tensor with out_from_start=True (its width is the caller's), found None")
     if torch.is_grad_enabled():
         for name, t in (("weights", weights), ("out", out)):
             if t is not None and t.requires_grad:
@@ -94,7 +101,7 @@ def pa_mqa_logits_mxfp4(
             q=q, q_scale=q_scale, kv_cache=kv_cache, kv_scale=kv_scale, block_tables=block_tables, weights=weights,
             cta_info=buffers.cta_info, cta_ranges=buffers.cta_ranges, local_ends=plan.local_ends,
             local_starts=plan.local_starts, out=out, num_rows=plan.num_rows, max_seq_len=max_seq_len,
-            q_per_block=v.q_per_block, block_k=v.block_k,
+            out_from_start=out_from_start, q_per_block=v.q_per_block, block_k=v.block_k,
         )  # fmt: skip
     if plan.checked is not None:
         check_launch(plan.checked, block_tables, kv_cache.shape[0], manifest().page_size, max_seq_len)
@@ -104,7 +111,8 @@ def pa_mqa_logits_mxfp4(
         q=q, q_scale=q_scale, kv_cache=kv_cache, kv_scale=kv_scale, block_tables=block_tables, weights=weights,
         cta_info=buffers.cta_info, cta_ranges=buffers.cta_ranges, local_ends=plan.local_ends,
         local_starts=plan.local_starts, out=out, num_rows=plan.num_rows, max_seq_len=max_seq_len,
-        weight_scale=float(weight_scale), q_per_block=v.q_per_block, block_k=v.block_k,
+        weight_scale=float(weight_scale), out_from_start=out_from_start, q_per_block=v.q_per_block,
+        block_k=v.block_k,
     )  # fmt: skip
     return out
 

@@ -8,8 +8,9 @@ Each case is a random plan over random inputs, on a random variant of the device
 - contract-abiding ("legit"): ragged batches, pad rows (row_to_batch -1 or -2**31, extreme empty
   windows), causal, decode and offset windows, windows in any order, starts down to -2**31, random
   grids and weight scales, sometimes the checked mode, sometimes page ids outside the cache (their
-  cells must be NaN, and the checked mode must refuse them): every cell is compared with the fp32
-  reference;
+  cells must be NaN, and the checked mode must refuse them), sometimes each row's cells written from
+  its window start into an out of random width (out_from_start, on the arches that write it): every
+  cell is compared with the fp32 reference;
 - caller-contract violations (cu_seq_q going back or past total_q, a window on a row of no sequence,
   ends past max_seq_len up to 2**31 - 1): the checked mode must refuse each before writing, and the
   fast path must write nothing outside the windows;
@@ -125,21 +126,29 @@ def plan_of(scene: Scene, variant, rng: random.Random, with_rtb: bool, validate:
     )
 
 
-def framed_out(scene: Scene, rng: random.Random) -> tuple[torch.Tensor, torch.Tensor]:
-    """(buffer, out): out is [total_q + 0..2, max_seq_len + 0..8] inside a buffer of -inf, PAD
-    columns in from the left and at least one row and PAD columns short of its other edges."""
-    rows, cols = scene.total_q + rng.randint(0, 2), scene.max_seq_len + rng.randint(0, 8)
+def framed_out(scene: Scene, rng: random.Random, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(buffer, out): out is [total_q + 0..2, max_seq_len + 0..8] (or `width` columns) inside a buffer of
+    -inf, PAD columns in from the left and at least one row and PAD columns short of its other edges."""
+    rows = scene.total_q + rng.randint(0, 2)
+    cols = scene.max_seq_len + rng.randint(0, 8) if width is None else width
     buffer = torch.full((rows + 1, cols + 2 * PAD), NEG_INF, device=scene.q.device)
     return buffer, buffer[:rows, PAD : PAD + cols]
 
 
-def window_mask(buffer: torch.Tensor, scene: Scene, max_seq_len: int) -> torch.Tensor:
-    """The buffer's cells a launch may write: row r's [max(s, 0), min(e, max_seq_len))."""
-    mask = torch.zeros(buffer.shape, dtype=torch.bool)
+def cells(scene: Scene, max_seq_len: int, width: int | None = None):
+    """(row, first token, end token, first column) of each row's written cells: tokens [max(s, 0),
+    min(e, max_seq_len)) at their own columns, or (width: out_from_start) cut at s + width, at column t - s."""
     for r, (s, e) in enumerate(zip(scene.local_starts.tolist(), scene.local_ends.tolist())):
-        s, e = max(s, 0), min(e, max_seq_len)
-        if s < e:
-            mask[r, PAD + s : PAD + e] = True
+        lo, hi = max(s, 0), min(e, max_seq_len) if width is None else min(e, max_seq_len, s + width)
+        if lo < hi:
+            yield r, lo, hi, lo if width is None else lo - s
+
+
+def window_mask(buffer: torch.Tensor, scene: Scene, max_seq_len: int, width: int | None = None) -> torch.Tensor:
+    """The buffer's cells a launch may write (cells)."""
+    mask = torch.zeros(buffer.shape, dtype=torch.bool)
+    for r, lo, hi, col in cells(scene, max_seq_len, width):
+        mask[r, PAD + col : PAD + col + hi - lo] = True
     return mask
 
 
@@ -152,9 +161,10 @@ def poison_pages(rng: random.Random, scene: Scene) -> list[tuple[int, int]]:
     return cells
 
 
-def expected(scene: Scene, poisoned: list[tuple[int, int]], shape, weight_scale: float) -> torch.Tensor:
-    """The buffer as it should end: -inf, the reference inside the windows, NaN for the tokens of
-    poisoned pages."""
+def expected(scene: Scene, poisoned: list[tuple[int, int]], shape, weight_scale: float,
+             width: int | None = None) -> torch.Tensor:  # fmt: skip
+    """The buffer as it should end: -inf, the reference inside the windows (at the columns of cells),
+    NaN for the tokens of poisoned pages."""
     page = mx.manifest.manifest().page_size
     table = scene.block_tables.cpu().clone()
     for b, col in poisoned:
@@ -172,7 +182,8 @@ def expected(scene: Scene, poisoned: list[tuple[int, int]], shape, weight_scale:
             if s < e:
                 ref[r, s:e] = float("nan")
     want = torch.full(shape, NEG_INF)
-    want[: ref.shape[0], PAD : PAD + ref.shape[1]] = ref
+    for r, lo, hi, col in cells(scene, scene.max_seq_len, width):
+        want[r, PAD + col : PAD + col + hi - lo] = ref[r, lo:hi]
     return want
 
 
@@ -230,12 +241,16 @@ def legit_case(case: int, rng: random.Random, variant, pools: Pools, tally: Tall
     p = plan_of(scene, variant, rng, with_rtb, validate)
     poisoned = poison_pages(rng, scene) if rng.random() < 0.15 and scene.block_tables.shape[1] else []
     weight_scale = rng.choice([1.0, 1.0, -0.5, 3.0])
-    buffer, out = framed_out(scene, rng)
-    want = expected(scene, poisoned, buffer.shape, weight_scale)
+    from_start = writes_from_start(variant) and rng.random() < 0.2
+    width = rng.randint(1, scene.max_seq_len + 8) if from_start else None
+    buffer, out = framed_out(scene, rng, width)
+    want = expected(scene, poisoned, buffer.shape, weight_scale, width)
     tally.counts["legit"] += 1
     tally.counts["legit with pages outside the cache"] += bool(poisoned)
+    tally.counts["legit from each window start"] += from_start
     reads_poison = bool(torch.isnan(want).any())
-    launch = lambda: mx.pa_mqa_logits_mxfp4(*scene.inputs(), p, scene.max_seq_len, weight_scale=weight_scale, out=out)
+    launch = lambda: mx.pa_mqa_logits_mxfp4(*scene.inputs(), p, scene.max_seq_len, weight_scale=weight_scale, out=out,
+                                            out_from_start=from_start)  # fmt: skip
     if validate and reads_poison:
         tally.refused(case, "a page id outside the cache that a window reads", launch)
         tally.stray(case, buffer, torch.zeros(buffer.shape, dtype=torch.bool))
@@ -243,7 +258,12 @@ def legit_case(case: int, rng: random.Random, variant, pools: Pools, tally: Tall
     launch()
     tally.counts["passed the checked mode"] += validate
     tally.compare(case, buffer, want, variant)
-    tally.stray(case, buffer, window_mask(buffer, scene, scene.max_seq_len))
+    tally.stray(case, buffer, window_mask(buffer, scene, scene.max_seq_len, width))
+
+
+def writes_from_start(variant) -> bool:
+    """Whether the variant's body writes out_from_start (the hip bodies refuse it)."""
+    return mx.manifest.manifest().arches[variant.arch].family != "hip"
 
 
 def break_contract(rng: random.Random, scene: Scene, variant) -> str | None:
@@ -318,16 +338,18 @@ def forged_case(case: int, rng: random.Random, variant, pools: Pools, tally: Tal
         for b, e in spans
     ]
     i32 = lambda v: torch.tensor(v, dtype=torch.int32, device=scene.q.device)
-    buffer, out = framed_out(scene, rng)
+    from_start = writes_from_start(variant) and rng.random() < 0.2
+    width = rng.randint(1, scene.max_seq_len + 8) if from_start else None
+    buffer, out = framed_out(scene, rng, width)
     ops(variant.arch, scene.q.device).pa_mqa_logits_mxfp4(
         **scene.named_inputs(),
         cta_info=i32(records), cta_ranges=i32(ranges), local_ends=p.local_ends, local_starts=p.local_starts, out=out,
-        num_rows=p.num_rows, max_seq_len=scene.max_seq_len, weight_scale=1.0, q_per_block=variant.q_per_block,
-        block_k=variant.block_k,
+        num_rows=p.num_rows, max_seq_len=scene.max_seq_len, weight_scale=1.0, out_from_start=from_start,
+        q_per_block=variant.q_per_block, block_k=variant.block_k,
     )  # fmt: skip
     tally.counts["forged schedules"] += 1
     tally.counts["forged records"] += len(records)
-    tally.stray(case, buffer, window_mask(buffer, scene, scene.max_seq_len))
+    tally.stray(case, buffer, window_mask(buffer, scene, scene.max_seq_len, width))
 
 
 # ---- the campaign ---------------------------------------------------------------------------------

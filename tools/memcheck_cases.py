@@ -3,9 +3,10 @@
     compute-sanitizer --tool memcheck python tools/memcheck_cases.py
 
 Legitimate cases (checked against the fp32 reference; a mismatch is a FAIL and exit status 1):
-the op corner cases of tests/support/op_cases.py, the exact path's scenes on one CTA, and a raw launch of a
-schedule planned for more rows than the q/out tensors hold (num_rows smaller than the plan: the
-kernel drops the records past it).
+the op corner cases of tests/support/op_cases.py (also written from each window start into a
+narrow out, out_from_start), the exact path's scenes on one CTA, and a raw launch of a schedule
+planned for more rows than the q/out tensors hold (num_rows smaller than the plan: the kernel drops
+the records past it).
 Hostile cases (memcheck's verdict is what matters; they must still leave every cell outside the
 rows' windows untouched, docs/semantics.md, else FAIL): a schedule built by another variant, and forged
 records (random int32, huge and negative) with random CTA ranges. Without a GPU arch of the
@@ -61,6 +62,7 @@ def raw_launch(case, variant, out, cta_info, cta_ranges, num_rows) -> None:
         num_rows=num_rows,
         max_seq_len=case.max_seq_len,
         weight_scale=1.0,
+        out_from_start=False,
         q_per_block=variant.q_per_block,
         block_k=variant.block_k,
     )
@@ -84,6 +86,26 @@ def corner_cases(v) -> None:
             assert_matches(run_op(case, v, weight_scale=1.5), reference(case, weight_scale=1.5), v)
 
         checked(f"{v.arch}/{v.name} corner case {name}", run)
+
+
+def from_start_cases(v) -> None:
+    """The corner cases with each row's cells from its window start, into an out of 100 columns inside
+    a wider -inf buffer: the cut windows land in place, nothing lands beside them."""
+    for name, (contexts, rows) in sorted(op_corner_cases().items()):
+        case = make_case(contexts, rows, v, seed=zlib.crc32(name.encode()) % 1000)
+        width = 100
+
+        def run():
+            buffer = torch.full((case.total_q, width + 16), float("-inf"), device=DEVICE)
+            run_op(case, v, out=buffer[:, 8 : 8 + width], out_from_start=True)
+            full, want = run_op(case, v), torch.full_like(buffer, float("-inf"))
+            for r, (s, e) in enumerate(zip(case.local_starts.tolist(), case.local_ends.tolist())):
+                lo, hi = max(s, 0), min(e, case.max_seq_len, s + width)
+                if lo < hi:
+                    want[r, 8 + lo - s : 8 + hi - s] = full[r, lo:hi]
+            assert torch.equal(buffer.nan_to_num(0.0, 1.0, -1.0), want.nan_to_num(0.0, 1.0, -1.0)), "cells differ"
+
+        checked(f"{v.arch}/{v.name} corner case {name} from each window start", run)
 
 
 def exact_path_one_cta(v) -> None:
@@ -166,6 +188,7 @@ def main() -> int:
     print(f"memcheck cases on {torch.cuda.get_device_name()} (arch {GPU_ARCH}): {[v.name for v in GPU_VARIANTS]}")
     for v in GPU_VARIANTS:
         corner_cases(v)
+        from_start_cases(v)
         exact_path_one_cta(v)
         row_guard(v)
         foreign_schedule(v)

@@ -41,6 +41,7 @@ struct InstanceTraits {
   static constexpr int CTA_RESIDENT = CTA_RES;  // default grid (CTAs) of the schedule
   static constexpr int PAGES_PER_CHUNK = BK / kPageSize;
   static constexpr bool BF16_OUT = false;     // this kernel writes fp32 logits (Bf16Out: bf16)
+  static constexpr bool FROM_START = false;   // cell t of row r at column t (FromStartOut: t - start)
   // The schedule's weight of a tile's setup (setup_tokens), in chunks: SchedArgs::setup_chunks.
   static constexpr int SETUP_CHUNKS = int((int64_t(SETUP) + BK - 1) / BK);
   static_assert(QPB >= 1 && CTA_RES >= 1, "q_per_block and cta_resident are >= 1");
@@ -53,6 +54,14 @@ struct InstanceTraits {
 template <class T>
 struct Bf16Out : T {
   static constexpr bool BF16_OUT = true;
+};
+
+// The same instance writing each row's cells from its window start (KernelArgs::out_from_start:
+// DeepGEMM's compressed logits), also a kernel of its own. An arch whose traits say WRITES_FROM_START
+// launches it.
+template <class T>
+struct FromStartOut : T {
+  static constexpr bool FROM_START = true;
 };
 
 // One unit of work: a tile (up to q_per_block consecutive rows of one sequence) and a
@@ -119,6 +128,8 @@ struct KernelArgs {
   float weight_scale;
   int32_t weights_bf16;
   int32_t out_bf16;  // out holds bf16: only a kernel of Bf16Out<instance> is launched
+  int32_t out_from_start;  // row r's cell t at column t - local_starts[r]: a kernel of FromStartOut<...>
+  int32_t out_cols;  // columns of out; with out_from_start a window is cut at start + out_cols
 };
 static_assert(offsetof(KernelArgs, q) == 0, "KernelArgs ABI");
 static_assert(offsetof(KernelArgs, q_scale) == 8, "KernelArgs ABI");
@@ -145,7 +156,9 @@ static_assert(offsetof(KernelArgs, max_seq_len) == 140, "KernelArgs ABI");
 static_assert(offsetof(KernelArgs, weight_scale) == 144, "KernelArgs ABI");
 static_assert(offsetof(KernelArgs, weights_bf16) == 148, "KernelArgs ABI");
 static_assert(offsetof(KernelArgs, out_bf16) == 152, "KernelArgs ABI");
-static_assert(sizeof(KernelArgs) == 160, "KernelArgs ABI");
+static_assert(offsetof(KernelArgs, out_from_start) == 156, "KernelArgs ABI");
+static_assert(offsetof(KernelArgs, out_cols) == 160, "KernelArgs ABI");
+static_assert(sizeof(KernelArgs) == 168, "KernelArgs ABI");
 
 
 // Arguments of the schedule build (docs/schedule.md). `scratch` holds, in order: at q_per_block > 1

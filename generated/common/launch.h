@@ -22,5 +22,7 @@ struct LaunchStatus {
 // What the launch of a body that writes fp32 logits only (traits WRITES_BF16 false) returns for a bf16
 // out, which the launcher refuses before: a second guard, never the first.
 inline constexpr LaunchStatus kFp32OutOnly{-1, "this body writes fp32 logits only (KernelArgs::out_bf16 set)"};
+// Likewise for a body that writes cell t at column t only (traits WRITES_FROM_START false).
+inline constexpr LaunchStatus kTokenColumnsOnly{-1, "this body writes cell t at column t only (KernelArgs::out_from_start set)"};
 
 }  // namespace mxlogits

@@ -69,8 +69,15 @@ MXL_HD inline Window window_from(const Span& s, int64_t start, int64_t end) {
   const int64_t to = lesser(end, s.hi);
   return Window{from, to < from ? from : to};
 }
+// kFromStart: the row's cells go to columns t - start of out, so its window is cut at start + out_cols.
+template <bool kFromStart = false>
 MXL_HD inline Window window_of(const KernelArgs& a, const Span& s, int64_t row) {
-  return window_from(s, a.local_starts ? int64_t(a.local_starts[row]) : int64_t(0), a.local_ends[row]);
+  const int64_t start = a.local_starts ? int64_t(a.local_starts[row]) : int64_t(0);
+  if constexpr (kFromStart) {
+    return window_from(s, start, lesser(a.local_ends[row], start + a.out_cols));
+  } else {
+    return window_from(s, start, a.local_ends[row]);
+  }
 }
 
 // weights[i]'s bits as stored (a bf16 zero-extended) and their fp32 value (bf16 widens exactly):
@@ -93,14 +100,28 @@ MXL_HD inline float weight(const KernelArgs& a, int64_t i) {
   return weight_of_bits(weight_bits(a, i, a.weights_bf16), a.weights_bf16);
 }
 
-// Row `row` of out as a float* whatever its dtype (kBf16: its cells are bf16, which store_cell writes).
-template <bool kBf16>
+// Row `row` of out as a float* whatever its dtype (kBf16: its cells are bf16, which store_cell writes),
+// indexed by token: with kFromStart, moved back by the row's window start, so that cell t lands in
+// column t - start (window_of<true> keeps t below start + out_cols).
+template <bool kBf16, bool kFromStart = false>
 MXL_HD inline float* out_row(const KernelArgs& a, int64_t row) {
-  if constexpr (kBf16) {
-    return reinterpret_cast<float*>(reinterpret_cast<uint16_t*>(a.out) + row * a.out_row_stride);
-  } else {
-    return a.out + row * a.out_row_stride;
+  int64_t cell = row * a.out_row_stride;
+  if constexpr (kFromStart) {
+    if (a.local_starts) cell -= a.local_starts[row];
   }
+  if constexpr (kBf16) {
+    return reinterpret_cast<float*>(reinterpret_cast<uint16_t*>(a.out) + cell);
+  } else {
+    return a.out + cell;
+  }
+}
+
+// Calls f(Form{}) with the kernel form the arguments ask for: the instance T, or its Bf16Out /
+// FromStartOut forms (the launch of an arch whose traits say it writes them).
+template <class T, class F>
+inline auto with_out_form(const KernelArgs& a, F&& f) {
+  if (a.out_from_start) return a.out_bf16 ? f(FromStartOut<Bf16Out<T>>{}) : f(FromStartOut<T>{});
+  return a.out_bf16 ? f(Bf16Out<T>{}) : f(T{});
 }
 
 // v rounded to bf16, to nearest even (as torch's conversion), a NaN kept a quiet NaN.

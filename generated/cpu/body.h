@@ -131,7 +131,7 @@ inline void run_record(const KernelArgs& a, const CtaRecord& rec, const records:
   const int64_t rows = span.rows, lo = span.lo, hi = span.hi;
   int64_t from[T::Q_PER_BLOCK], to[T::Q_PER_BLOCK];  // each row's own window within [lo, hi)
   for (int64_t i = 0; i < rows; ++i) {
-    const records::Window w = records::window_of(a, span, rec.row_id + i);
+    const records::Window w = records::window_of<T::FROM_START>(a, span, rec.row_id + i);
     from[i] = w.from;
     to[i] = w.to;
     if (from[i] < to[i]) load_q<T>(a, rec.row_id + i, s, int(i));
@@ -141,7 +141,7 @@ inline void run_record(const KernelArgs& a, const CtaRecord& rec, const records:
     load_k<T>(a, rec.batch_id, t0, t1, s);
     for (int64_t i = 0; i < rows; ++i) {
       const int64_t b = std::max(from[i], t0), e = std::min(to[i], t1);
-      if (b < e) score_row<T>(s.q[i], s.w[i], s.k + (b - t0), e - b, records::out_row<T::BF16_OUT>(a, rec.row_id + i), b);
+      if (b < e) score_row<T>(s.q[i], s.w[i], s.k + (b - t0), e - b, records::out_row<T::BF16_OUT, T::FROM_START>(a, rec.row_id + i), b);
     }
   }
 }
@@ -196,12 +196,10 @@ void run_ctas(const KernelArgs& a) {
 
 template <class T>
 LaunchStatus launch_logits(const LaunchContext&, const KernelArgs& a) {
-  if (a.out_bf16) {
-    body::run_ctas<Bf16Out<T>>(a);
-  } else {
-    body::run_ctas<T>(a);
-  }
-  return {0, nullptr};
+  return records::with_out_form<T>(a, [&](auto form) {
+    body::run_ctas<decltype(form)>(a);
+    return LaunchStatus{0, nullptr};
+  });
 }
 
 }  // namespace mxlogits::cpu

@@ -263,6 +263,7 @@ LaunchStatus launch_logits(const LaunchContext& ctx, const KernelArgs& a) {
   static_assert(sizeof(lds::Pages<T::STAGES>) <= T::SHARED_BYTES,
                 "instance exceeds the gfx1250 budget lds_bytes in instances.yaml");
   if (a.out_bf16) return kFp32OutOnly;
+  if (a.out_from_start) return kTokenColumnsOnly;
   hipLaunchKernelGGL(body::logits_kernel<T>, dim3(a.num_ctas), dim3(T::THREADS), 0, static_cast<hipStream_t>(ctx.stream), a);
   return last_launch_status();
 }

@@ -219,6 +219,7 @@ struct LogitsInputs {
   const std::optional<at::Tensor>& out;  // absent: the checks the Python op makes before allocating out
   int64_t num_rows;
   int64_t max_seq_len;
+  bool out_from_start = false;  // row r's cell t at column t - local_starts[r] (FromStartOut)
 };
 
 // Everything the host can see, before any launch (docs/contract.md).
@@ -239,6 +240,8 @@ void check_shapes(const LogitsInputs& in) {
               "expected dtype float32 (the gfx1250 body writes fp32 logits only), found %s",
               c10::toString(in.out->scalar_type()));
   }
+  ARG_CHECK(c, T::WRITES_FROM_START || !in.out_from_start, "out_from_start",
+            "expected False (the gfx1250 body writes cell t at column t only), found True");
   c.range(in.num_rows, "num_rows", 0, kInt32Max, "rows of the plan");
   c.range(in.max_seq_len, "max_seq_len", 0, kInt32Max, "tokens");
 
@@ -281,8 +284,11 @@ void check_shapes(const LogitsInputs& in) {
             "expected a 2-D tensor with a contiguous last dim and non-overlapping rows, found shape %s strides %s",
             shape_of(out.sizes()).s, shape_of(out.strides()).s);
   c.rows(out, "out", in.num_rows, "the plan's num_rows");
-  ARG_CHECK(c, out.size(1) >= in.max_seq_len, "out", "expected at least max_seq_len=%lld columns, found %lld",
-            (long long)in.max_seq_len, (long long)out.size(1));
+  // from each window start, any width: the kernel cuts each window at start + out.shape[1]
+  ARG_CHECK(c, in.out_from_start || out.size(1) >= in.max_seq_len, "out",
+            "expected at least max_seq_len=%lld columns, found %lld", (long long)in.max_seq_len,
+            (long long)out.size(1));
+  c.range(out.size(1), "out.shape[1]", 0, kInt32Max, "columns");
   const std::pair<const at::Tensor*, const char*> inputs[] = {
       {&in.q, "q"},           {&in.q_scale, "q_scale"},     {&in.kv_cache, "kv_cache"},
       {&in.kv_scale, "kv_scale"}, {&in.block_tables, "block_tables"}, {&in.weights, "weights"},
@@ -331,6 +337,8 @@ void launch_checked_logits(const LogitsInputs& in, double weight_scale) {
   a.weight_scale = float(weight_scale);
   a.weights_bf16 = in.weights.scalar_type() == at::kBFloat16;
   a.out_bf16 = in.out->scalar_type() == at::kBFloat16;
+  a.out_from_start = in.out_from_start;
+  a.out_cols = int32_t(in.out->size(1));
   check_launch(launch_logits<T>(launch_context(in.q.device()), a), "pa_mqa_logits_mxfp4");
 }
 
@@ -636,10 +644,11 @@ void pa_mqa_logits_mxfp4(const at::Tensor& q, const at::Tensor& q_scale, const a
                          const at::Tensor& kv_scale, const at::Tensor& block_tables, const at::Tensor& weights,
                          const at::Tensor& cta_info, const at::Tensor& cta_ranges, const at::Tensor& local_ends,
                          const std::optional<at::Tensor>& local_starts, const at::Tensor& out, int64_t num_rows,
-                         int64_t max_seq_len, double weight_scale, int64_t q_per_block, int64_t block_k) {
+                         int64_t max_seq_len, double weight_scale, bool out_from_start, int64_t q_per_block,
+                         int64_t block_k) {
   const std::optional<at::Tensor> written = out;
   const LogitsInputs in{q, q_scale, kv_cache, kv_scale, block_tables, weights, cta_info, cta_ranges,
-                        local_ends, local_starts, written, num_rows, max_seq_len};
+                        local_ends, local_starts, written, num_rows, max_seq_len, out_from_start};
   dispatch(q_per_block, block_k, [&](auto traits) { run_logits<decltype(traits)>(in, weight_scale); });
 }
 
@@ -695,9 +704,9 @@ void check_logits(const at::Tensor& q, const at::Tensor& q_scale, const at::Tens
                   const at::Tensor& kv_scale, const at::Tensor& block_tables, const at::Tensor& weights,
                   const at::Tensor& cta_info, const at::Tensor& cta_ranges, const at::Tensor& local_ends,
                   const std::optional<at::Tensor>& local_starts, const std::optional<at::Tensor>& out,
-                  int64_t num_rows, int64_t max_seq_len, int64_t q_per_block, int64_t block_k) {
+                  int64_t num_rows, int64_t max_seq_len, bool out_from_start, int64_t q_per_block, int64_t block_k) {
   const LogitsInputs in{q, q_scale, kv_cache, kv_scale, block_tables, weights, cta_info, cta_ranges,
-                        local_ends, local_starts, out, num_rows, max_seq_len};
+                        local_ends, local_starts, out, num_rows, max_seq_len, out_from_start};
   dispatch(q_per_block, block_k, [&](auto traits) { check_shapes<decltype(traits)>(in); });
 }
 

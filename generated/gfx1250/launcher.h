@@ -30,7 +30,8 @@ void pa_mqa_logits_mxfp4(const at::Tensor& q, const at::Tensor& q_scale, const a
                          const at::Tensor& kv_scale, const at::Tensor& block_tables, const at::Tensor& weights,
                          const at::Tensor& cta_info, const at::Tensor& cta_ranges, const at::Tensor& local_ends,
                          const std::optional<at::Tensor>& local_starts, const at::Tensor& out, int64_t num_rows,
-                         int64_t max_seq_len, double weight_scale, int64_t q_per_block, int64_t block_k);
+                         int64_t max_seq_len, double weight_scale, bool out_from_start, int64_t q_per_block,
+                         int64_t block_k);
 
 // MXFP4 quantization of the rows of x (bit-exact with mxlogits.quantize_mxfp4), into codes and scales,
 // or scattered into a paged cache at slot_mapping (slots < 0 or past the cache skipped). The instance
@@ -65,6 +66,6 @@ void check_logits(const at::Tensor& q, const at::Tensor& q_scale, const at::Tens
                   const at::Tensor& kv_scale, const at::Tensor& block_tables, const at::Tensor& weights,
                   const at::Tensor& cta_info, const at::Tensor& cta_ranges, const at::Tensor& local_ends,
                   const std::optional<at::Tensor>& local_starts, const std::optional<at::Tensor>& out,
-                  int64_t num_rows, int64_t max_seq_len, int64_t q_per_block, int64_t block_k);
+                  int64_t num_rows, int64_t max_seq_len, bool out_from_start, int64_t q_per_block, int64_t block_k);
 
 }  // namespace mxlogits::gfx1250

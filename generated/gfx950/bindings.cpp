@@ -34,7 +34,7 @@ MXL_LIBRARY(MXL_OPS, m) {
   m.def(
       "pa_mqa_logits_mxfp4(Tensor q, Tensor q_scale, Tensor kv_cache, Tensor kv_scale, Tensor block_tables, "
       "Tensor weights, Tensor cta_info, Tensor cta_ranges, Tensor local_ends, Tensor? local_starts, Tensor(a!) out, "
-      "int num_rows, int max_seq_len, float weight_scale, int q_per_block, int block_k) -> ()");
+      "int num_rows, int max_seq_len, float weight_scale, bool out_from_start, int q_per_block, int block_k) -> ()");
   m.def(
       "quantize_mxfp4_rows(Tensor x, Tensor(a!) codes, Tensor(b!) scales, int q_per_block, int block_k) -> ()");
   m.def(
@@ -54,7 +54,7 @@ MXL_LIBRARY(MXL_OPS, m) {
   m.def(
       "check_logits(Tensor q, Tensor q_scale, Tensor kv_cache, Tensor kv_scale, Tensor block_tables, Tensor weights, "
       "Tensor cta_info, Tensor cta_ranges, Tensor local_ends, Tensor? local_starts, Tensor? out, int num_rows, "
-      "int max_seq_len, int q_per_block, int block_k) -> ()");
+      "int max_seq_len, bool out_from_start, int q_per_block, int block_k) -> ()");
 }
 
 MXL_LIBRARY_IMPL(MXL_OPS, MXL_DISPATCH_KEY, m) {

@@ -314,6 +314,7 @@ __global__ void __launch_bounds__(T::THREADS, T::MIN_WAVES) logits_kernel(const 
 template <class T>
 LaunchStatus launch_logits(const LaunchContext& ctx, const KernelArgs& a) {
   if (a.out_bf16) return kFp32OutOnly;
+  if (a.out_from_start) return kTokenColumnsOnly;
   hipLaunchKernelGGL(logits_kernel<T>, dim3(a.num_ctas), dim3(T::THREADS), 0, static_cast<hipStream_t>(ctx.stream), a);
   return last_launch_status();
 }

@@ -231,7 +231,7 @@ LaunchStatus launch_kernel_of(const LaunchContext& ctx, const KernelArgs& a) {
 
 template <class T>
 LaunchStatus launch_logits(const LaunchContext& ctx, const KernelArgs& a) {
-  return a.out_bf16 ? launch_kernel_of<Bf16Out<T>>(ctx, a) : launch_kernel_of<T>(ctx, a);
+  return records::with_out_form<T>(a, [&](auto form) { return launch_kernel_of<decltype(form)>(ctx, a); });
 }
 
 template <class T>

@@ -25,8 +25,8 @@ Mapping onto mx.compact_schedule / mx.pa_mqa_logits_compact, all by views (nothi
   them uninitialised, as DeepGEMM does.
 fp8_fp4_mqa_logits (prefill, non-paged keys) runs on mx.plan / mx.pa_mqa_logits_mxfp4 through a
 one-row block table; fp8_paged_mqa_logits and fp8_mqa_logits are the legacy names.
-Not supported (raise): FP8 q (q_sf None), varlen `indices`, compressed prefill logits
-(max_seqlen_k > 0), a page size other than the table's.
+Not supported (raise): FP8 q (q_sf None), varlen `indices`, a page size other than the table's, and
+on the AMD arches bf16 and compressed (max_seqlen_k > 0) logits.
 """
 
 from __future__ import annotations
@@ -181,15 +181,13 @@ def fp8_fp4_mqa_logits(
     over the keys kv int8 [N, D/2] (scales int32 [N], four E8M0 bytes each) at positions
     [cu_seq_len_k_start[i], cu_seq_len_k_end[i]) (int32 [M], ends <= N); returns [M, N] logits of
     logits_dtype (fp32 or bf16), -inf outside the windows with clean_logits, else uninitialised
-    there. The keys are read as pages of the table's size through a one-row block table (copied
-    into whole pages when N is not a multiple of the page size). max_seqlen_k > 0 (DeepGEMM's
-    compressed [M, max_seqlen_k] output) is not supported."""
+    there. max_seqlen_k > 0: DeepGEMM's compressed [M, max_seqlen_k] logits instead, row i's key
+    ks[i] + j in column j (out_from_start; a window longer than max_seqlen_k is cut there). The keys are
+    read as pages of the table's size through a one-row block table (copied into whole pages when N
+    is not a multiple of the page size)."""
     check_logits_dtype(logits_dtype)
-    if max_seqlen_k:
-        raise NotImplementedError(
-            f"mxlogits: max_seqlen_k: compressed logits (max_seqlen_k > 0) are not supported, found {max_seqlen_k}; "
-            f"pass 0 for [M, N] logits"
-        )
+    if not isinstance(max_seqlen_k, int) or max_seqlen_k < 0:
+        raise ValueError(f"mxlogits: max_seqlen_k: expected an int >= 0, found {max_seqlen_k!r}")
     q_fp4, q_sf = fp4_query(q)
     check_natural(arch_of(q_fp4.device), "kv")
     q_rows, q_scale = fp4_q_views(q_fp4, q_sf, dims=3)
@@ -207,10 +205,11 @@ def fp8_fp4_mqa_logits(
     row_to_batch = torch.zeros(m, dtype=torch.int32, device=device)
     schedule = plan(cu_seq_q, cu_seq_len_k_end, buffers=buffers, local_starts=cu_seq_len_k_start,
                     row_to_batch=row_to_batch)  # fmt: skip
-    out = torch.empty((m, n_keys), dtype=logits_dtype, device=device)
+    out = torch.empty((m, max_seqlen_k or n_keys), dtype=logits_dtype, device=device)
     if clean_logits:
         out.fill_(float("-inf"))
-    return pa_mqa_logits_mxfp4(q_rows, q_scale, values, scales, block_table, weights, schedule, n_keys, out=out)
+    return pa_mqa_logits_mxfp4(q_rows, q_scale, values, scales, block_table, weights, schedule, n_keys, out=out,
+                               out_from_start=max_seqlen_k > 0)  # fmt: skip
 
 
 def key_pages(kv, half: int) -> tuple[torch.Tensor, torch.Tensor]:

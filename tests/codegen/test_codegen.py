@@ -478,7 +478,7 @@ def test_every_abi_field_is_read():
     abi = (generated / "common" / "abi.h").read_text()
     sched = (generated / "common" / "sched.h").read_text()
     shared = (generated / "common" / "records.h").read_text()
-    assert len(_fields(abi, "KernelArgs")) == 25 and len(_fields(abi, "CtaRecord")) == 7
+    assert len(_fields(abi, "KernelArgs")) == 27 and len(_fields(abi, "CtaRecord")) == 7
     for arch in json.loads((generated / "manifest.json").read_text())["arches"]:
         body = (generated / arch / "body.h").read_text()
         assert '#include "common/records.h"' in body, f"{arch} body does not use the shared record guards"

@@ -18,7 +18,9 @@ and below 5e-6 (3e-5 with bf16 logits) against the reference on the dequantized 
 The non-paged test: rows i of q [S, H, D/2] over keys [SKV, D/2] at [ks[i], ke[i]), ks = 0 and ke[i] =
 i + SKV - S, or its context-parallel pattern (two half-chunks of rows at far-apart ends); clean_logits
 True: the -inf cells exactly the reference's; the same diff criteria (its reference an fp32 einsum of
-the bf16 inputs). Its compressed output (max_seqlen_k > 0) is not supported and raises.
+the bf16 inputs). And its compressed form (max_seqlen_k = max(ke - ks), clean_logits False): [S,
+max_seqlen_k], row i's valid columns [0, ke[i] - ks[i]) compared 20 times, then laid back at [ks, ke)
+of an -inf [S, SKV] and held to the same criteria.
 
 Sizes: its own (paged: batch 256 and 4096, avg_kv 8,192 and 65,536 but not 4096 x 65,536, next_n 1, 2
 and 6; non-paged: S 2,048 and 8,192, SKV 8,192 and 65,536) with MXLOGITS_DEEPGEMM_SIZES=full on a GPU;
@@ -131,11 +133,12 @@ def key_windows(seq_len: int, seq_len_kv: int, context_parallel: bool, device: s
     return ks.to(device), ke.to(device)
 
 
+@pytest.mark.parametrize("compressed", [False, True], ids=["full", "compressed"])
 @pytest.mark.parametrize("logits_dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("context_parallel", [False, True], ids=["causal", "cp"])
 @pytest.mark.parametrize("seq_len, seq_len_kv", PREFILL)
 @pytest.mark.parametrize("arch", arch_params(PRESENT_ARCHES))
-def test_mqa_logits(arch, seq_len, seq_len_kv, context_parallel, logits_dtype):
+def test_mqa_logits(arch, seq_len, seq_len_kv, context_parallel, logits_dtype, compressed):
     device = device_of(arch)
     g = torch.Generator().manual_seed(seq_len + seq_len_kv)
     q = torch.randn(seq_len, H, D, generator=g).to(device, torch.bfloat16)
@@ -144,15 +147,26 @@ def test_mqa_logits(arch, seq_len, seq_len_kv, context_parallel, logits_dtype):
     ks, ke = key_windows(seq_len, seq_len_kv, context_parallel, device)
     q_codes, q_bytes = dg_fp4(q)
     kv_codes, kv_bytes = dg_fp4(kv)
+    max_seqlen_k = int((ke - ks).max()) if compressed else 0
     call = lambda: dg.fp8_fp4_mqa_logits(  # noqa: E731
         (q_codes.view(torch.int8), as_int32(q_bytes)), (kv_codes.view(torch.int8), as_int32(kv_bytes)), weights,
-        ks, ke, clean_logits=True, logits_dtype=logits_dtype,
+        ks, ke, clean_logits=not compressed, max_seqlen_k=max_seqlen_k, logits_dtype=logits_dtype,
     )  # fmt: skip
     logits = call()
-    assert logits.dtype == logits_dtype and logits.shape == (seq_len, seq_len_kv)
+    assert logits.dtype == logits_dtype and logits.shape == (seq_len, max_seqlen_k or seq_len_kv)
     logits = logits.float()
-    for _ in range(20):
-        assert torch.equal(call().float(), logits)
+    if compressed:  # its valid columns compared, then laid back at [ks, ke) of an -inf [S, SKV]
+        mine = torch.arange(max_seqlen_k, device=device)[None, :] < (ke - ks)[:, None]
+        logits = logits.masked_fill(~mine, 0)
+        for _ in range(20):
+            assert torch.equal(call().float().masked_fill(~mine, 0), logits)
+        full = torch.full((seq_len, seq_len_kv), float("-inf"), device=device)
+        for i in range(seq_len):
+            full[i, ks[i] : ke[i]] = logits[i, : ke[i] - ks[i]]
+        logits = full
+    else:
+        for _ in range(20):
+            assert torch.equal(call().float(), logits)
     t = torch.arange(seq_len_kv, device=device)
     inside = (t[None, :] >= ks[:, None]) & (t[None, :] < ke[:, None])
     assert torch.equal(torch.isneginf(logits), ~inside)  # the reference's -inf cells, exactly
@@ -172,6 +186,3 @@ def test_mqa_logits(arch, seq_len, seq_len_kv, context_parallel, logits_dtype):
         row_to_batch=torch.zeros(seq_len, dtype=torch.int32, device=device),
     ).masked_fill(~inside, 0)  # fmt: skip
     assert calc_diff(logits, simulated) < (3e-5 if logits_dtype == torch.bfloat16 else 5e-6)
-    with pytest.raises(NotImplementedError, match="max_seqlen_k: compressed logits"):
-        dg.fp8_fp4_mqa_logits((q_codes.view(torch.int8), as_int32(q_bytes)),
-                              (kv_codes.view(torch.int8), as_int32(kv_bytes)), weights, ks, ke, False, 16)  # fmt: skip

@@ -123,6 +123,30 @@ def test_bf16_out(variant):
     assert torch.isneginf(base[:, :3]).all() and torch.isneginf(base[:, 3 + case.max_seq_len :]).all()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_out_from_start(variant, dtype):
+    """out_from_start (DeepGEMM's compressed logits): row r's cell t at column t - start, each window cut at
+    start + out.shape[1], through a strided out, in fp32 and bf16; the other cells untouched; an arch whose
+    body writes cell t at column t only refuses it by name."""
+    rows = [(0, 37, 300), (0, 100, 180), (0, 0, 64), (0, 650, 690), (1, 5, 90), (1, 60, 61), (1, 70, 70)]
+    case = make_case([700, 90], rows, variant)
+    width = 150  # row 0's window (263 tokens) is cut at 150
+    base = torch.full((case.total_q, width + 8), float("-inf"), dtype=dtype, device=device_of(variant))
+    out = base[:, 4 : 4 + width]
+    if mx.manifest.manifest().arches[variant.arch].family == "hip":
+        with pytest.raises(RuntimeError, match=r"out_from_start: expected False \(the \w+ body writes cell t at column t only\)"):
+            run_op(case, variant, out=out.float(), out_from_start=True)  # (a bf16 out is refused first)
+        return
+    run_op(case, variant, out=out, out_from_start=True)
+    full = run_op(case, variant)  # cell t at column t: the same arithmetic
+    want = torch.full_like(out, float("-inf"))
+    for r, (_, start, end) in enumerate(rows):
+        n = min(end - start, width)
+        want[r, :n] = full[r, start : start + n].to(dtype)
+    assert torch.equal(out, want)
+    assert torch.isneginf(base[:, :4]).all() and torch.isneginf(base[:, 4 + width :]).all()
+
+
 def test_fused_page_buffer_in_place_equals_separate_tensors(variant):
     case = make_case([640, 200], causal_rows(0, 630, 4) + causal_rows(1, 190, 4), variant)
     assert case.kv_cache.stride(0) == 64 * (64 + 4) and not case.kv_cache.is_contiguous()

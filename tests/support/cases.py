@@ -32,6 +32,7 @@ def raw_args(case: Scene, p: mx.MqaLogitsPlan, variant, out, **override) -> dict
         num_rows=p.num_rows,
         max_seq_len=case.max_seq_len,
         weight_scale=1.0,
+        out_from_start=False,
         q_per_block=variant.q_per_block,
         block_k=variant.block_k,
     )
@@ -82,7 +83,8 @@ def make_plan(case: Scene, variant, *, num_ctas=None, row_to_batch=True, starts=
     )
 
 
-def run_op(case: Scene, variant, *, out=None, weight_scale=1.0, plan=None, weights=None, **plan_kwargs) -> torch.Tensor:
+def run_op(case: Scene, variant, *, out=None, weight_scale=1.0, plan=None, weights=None, out_from_start=False,
+           **plan_kwargs) -> torch.Tensor:  # fmt: skip
     plan = plan or make_plan(case, variant, **plan_kwargs)
     return mx.pa_mqa_logits_mxfp4(
         *case.inputs(weights),
@@ -90,6 +92,7 @@ def run_op(case: Scene, variant, *, out=None, weight_scale=1.0, plan=None, weigh
         case.max_seq_len,
         weight_scale=weight_scale,
         out=out,
+        out_from_start=out_from_start,
     )
 
 
