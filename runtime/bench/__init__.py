@@ -7,6 +7,7 @@
     limits       the machine's bandwidth and compute peak, the roofline's divisors
     rows         one row: planned, checked against the reference, timed; which variant a table runs
     tables       every row once with each table's summary, or --sweep over grids
+    peer         --peer: DeepGEMM's kernels timed and checked on each row's own problem
     report       the printed lines, the summaries, the --json document
     plots        --plot
     origin       what a result was measured on (commit, source hash, device)
