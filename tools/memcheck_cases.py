@@ -21,7 +21,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the suite's support package
 
 import torch  # noqa: E402
-from support.cases import assert_matches, first_rows, make_case, make_plan, ops_of, reference, run_op  # noqa: E402
+from support.cases import (  # noqa: E402
+    assert_matches, first_rows, from_window_starts, make_case, make_plan, ops_of, reference, run_op,
+)  # fmt: skip
 from support.op_cases import corner_cases as op_corner_cases  # noqa: E402
 from support.op_cases import far_apart_case  # noqa: E402
 from support.params import GPU_ARCH, GPU_VARIANTS  # noqa: E402
@@ -98,11 +100,8 @@ def from_start_cases(v) -> None:
         def run():
             buffer = torch.full((case.total_q, width + 16), float("-inf"), device=DEVICE)
             run_op(case, v, out=buffer[:, 8 : 8 + width], out_from_start=True)
-            full, want = run_op(case, v), torch.full_like(buffer, float("-inf"))
-            for r, (s, e) in enumerate(zip(case.local_starts.tolist(), case.local_ends.tolist())):
-                lo, hi = max(s, 0), min(e, case.max_seq_len, s + width)
-                if lo < hi:
-                    want[r, 8 + lo - s : 8 + hi - s] = full[r, lo:hi]
+            want = torch.full_like(buffer, float("-inf"))
+            want[:, 8 : 8 + width] = from_window_starts(run_op(case, v), case, width)
             assert torch.equal(buffer.nan_to_num(0.0, 1.0, -1.0), want.nan_to_num(0.0, 1.0, -1.0)), "cells differ"
 
         checked(f"{v.arch}/{v.name} corner case {name} from each window start", run)

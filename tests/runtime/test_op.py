@@ -10,7 +10,7 @@ import zlib
 import mxlogits as mx
 import pytest
 import torch
-from support.cases import assert_matches, make_case, make_plan, ops_of, raw_args, reference, run_op
+from support.cases import assert_matches, from_window_starts, make_case, make_plan, ops_of, raw_args, reference, run_op
 from support.op_cases import causal_rows, corner_cases, far_apart_case
 from support.params import device_of
 from support.schedule_model import setup_chunks
@@ -139,11 +139,7 @@ def test_out_from_start(variant, dtype):
         return
     run_op(case, variant, out=out, out_from_start=True)
     full = run_op(case, variant)  # cell t at column t: the same arithmetic
-    want = torch.full_like(out, float("-inf"))
-    for r, (_, start, end) in enumerate(rows):
-        n = min(end - start, width)
-        want[r, :n] = full[r, start : start + n].to(dtype)
-    assert torch.equal(out, want)
+    assert torch.equal(out, from_window_starts(full, case, width).to(dtype))
     assert torch.isneginf(base[:, :4]).all() and torch.isneginf(base[:, 4 + width :]).all()
 
 

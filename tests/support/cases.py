@@ -96,6 +96,17 @@ def run_op(case: Scene, variant, *, out=None, weight_scale=1.0, plan=None, weigh
     )
 
 
+def from_window_starts(full: torch.Tensor, case: Scene, width: int) -> torch.Tensor:
+    """What out_from_start writes into an out of `width` columns (-inf elsewhere), from the op's logits
+    at their token columns `full`: row r's cells t of its window, cut at start + width, at column t - start."""
+    want = torch.full((full.shape[0], width), float("-inf"), dtype=full.dtype, device=full.device)
+    for r, (s, e) in enumerate(zip(case.local_starts.tolist(), case.local_ends.tolist())):
+        lo, hi = max(s, 0), min(e, case.max_seq_len, s + width)
+        if lo < hi:
+            want[r, lo - s : hi - s] = full[r, lo:hi]
+    return want
+
+
 def reference(case: Scene, *, weight_scale=1.0, starts=True, weights=None) -> torch.Tensor:
     """mx.reference_logits evaluated on the CPU (fp32), returned on the case's device."""
     cpu = [t.cpu() for t in case.inputs(weights)]
