@@ -3,13 +3,15 @@
 // per block of 32 values, X = floor(log2(amax)) - 2 clamped to [-127, 127] (an all-zero block: -127),
 // each value x / 2^X rounded half-to-even onto the E2M1 grid, saturating at 6, its sign from x (a
 // negative value that rounds to 0 keeps its sign bit; -0.0 does not); a block holding a NaN or an
-// infinity gets the NaN scale 255, its finite values coded at a fixed X and the others 0. Everything
-// below is exact in fp32: amax and its exponent are read off the bits, and the scaling is by a power
-// of two whose result stays within fp32's range.
+// infinity gets the NaN scale 255, its finite values coded at a fixed X and the others 0. amax and
+// its exponent are read off the bits, the scaling by a power of two is exact, and the one rounding,
+// onto the E2M1 grid, is an addition. A thread codes a block in ~12 instructions a value (bf16 two
+// values at a time), which leaves the kernel bound by memory, not by issue.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "common/abi.h"
 
@@ -39,72 +41,212 @@ MXL_HD inline int floor_log2(float a) {
   return msb - 149;
 }
 
-// x * 2^k, exact when the result is a normal fp32 (the callers keep it one, or below every midpoint).
-MXL_HD inline float times_pow2(float x, int k) {
-  // two factors, each a normal fp32 power of two, cover k in [-254, 254]
-  const int k0 = k / 2, k1 = k - k0;
-  return x * float_of(uint32_t(k0 + 127) << 23) * float_of(uint32_t(k1 + 127) << 23);
-}
-
-// The E2M1 code (sign bit 8) of one value at block exponent x_exp; `negative` from the unscaled value.
-MXL_HD inline uint8_t e2m1_code(float scaled, bool negative) {
-  const float m = scaled < 0.f ? -scaled : scaled;
-  // the midpoints between neighbouring magnitudes; a tie rounds to the even code
-  const uint8_t code = uint8_t((m > 0.25f) + (m >= 0.75f) + (m > 1.25f) + (m >= 1.75f) + (m > 2.5f) + (m >= 3.5f) +
-                               (m > 5.0f));
-  return uint8_t(code | (negative ? 8u : 0u));
-}
-
-// One block: 16 bytes of codes (value 2i in the low nibble of byte i) and its E8M0 scale byte.
-MXL_HD inline uint8_t quantize_block(const float (&v)[kBlock], uint8_t (&packed)[kBlock / 2]) {
-  float amax = 0.f;
-  bool finite = true, nan = false;
-  for (int i = 0; i < kBlock; ++i) {
-    const float a = v[i] < 0.f ? -v[i] : v[i];
-    finite = finite && a <= 3.40282347e38f;  // false for an infinity and for a NaN
-    nan = nan || a != a;
-    amax = a > amax ? a : amax;
-  }
-  // a non-finite block codes its finite values at X = -127 when it holds a NaN (the reference's amax is
-  // then NaN, and NaN > 0 is false), else at X = -2 (an infinite amax: log2 of 1)
-  int x_exp = nan ? -127 : -2;
-  if (finite) {
-    x_exp = amax > 0.f ? floor_log2(amax) - 2 : -127;
-    x_exp = x_exp < -127 ? -127 : (x_exp > 127 ? 127 : x_exp);
-  }
-  for (int i = 0; i < kBlock; i += 2) {
-    uint8_t c[2];
-    for (int j = 0; j < 2; ++j) {
-      const float x = v[i + j];
-      const bool is_finite = (x < 0.f ? -x : x) <= 3.40282347e38f;
-      c[j] = is_finite ? e2m1_code(times_pow2(x, -x_exp), x < 0.f) : uint8_t(0);
-    }
-    packed[i / 2] = uint8_t(c[0] | (c[1] << 4));
-  }
-  return finite ? uint8_t(x_exp + 127) : uint8_t(255);
-}
-
-// Value i of a row in fp32, bf16 or fp16 (x_dtype 0, 1, 2): each widens exactly.
-MXL_HD inline float load_value(const void* row, int64_t i, int dtype) {
-  if (dtype == 0) return static_cast<const float*>(row)[i];
-  const uint32_t h = static_cast<const uint16_t*>(row)[i];
-  if (dtype == 1) return float_of(h << 16);
-  const uint32_t sign = (h & 0x8000u) << 16, e = h >> 10 & 0x1fu, m = h & 0x3ffu;  // fp16
-  if (e == 0x1fu) return float_of(sign | 0x7f800000u | (m << 13));
-  if (e != 0) return float_of(sign | ((e + 112) << 23) | (m << 13));
-  return float_of(sign) + (sign ? -1.f : 1.f) * float(m) * 5.9604644775390625e-8f;  // m * 2^-24
-}
-
-// A block's 16 code bytes, stored as one 16-byte access where the address allows.
-struct alignas(16) Codes {
-  uint8_t bytes[kBlock / 2];
+// A 32-bit word of lanes holding values as their bits: one fp32 (F32Lanes) or two bf16 (Bf16Lanes,
+// value 2i in the low half). The coder below works on whole words: on a GPU a bf16 pair costs what
+// one value costs (sm90: bf16x2 and u16x2 instructions). No lane's arithmetic below carries into the
+// next: every lane's result stays within its 16 bits.
+struct F32Lanes {
+  static constexpr int kLanes = 1, kMant = 23;
+  static constexpr uint32_t kUnit = 1u;  // 1 in every lane
+  MXL_HD static uint32_t min(uint32_t a, uint32_t b) { return a < b ? a : b; }
+  MXL_HD static uint32_t max(uint32_t a, uint32_t b) { return a < b ? b : a; }
+  MXL_HD static uint32_t mul(uint32_t a, uint32_t b) { return bits_of(float_of(a) * float_of(b)); }
+  MXL_HD static uint32_t add(uint32_t a, uint32_t b) { return bits_of(float_of(a) + float_of(b)); }
+  MXL_HD static uint32_t widest(uint32_t top) { return top; }  // the lanes' max, as fp32 bits
 };
+struct Bf16Lanes {
+  static constexpr int kLanes = 2, kMant = 7;
+  static constexpr uint32_t kUnit = 0x00010001u;
+  // Off sm90 each lane on its own in fp32, rounded to bf16 to nearest even: the bits the bf16x2
+  // instructions give for the operands the coder passes (mul: by a power of two, exact while normal;
+  // add: t + M with t < 8 and M >= 96, where a sum fp32 cannot hold lies within 2^-8 of M's bf16
+  // spacing above M, far from a midpoint, so rounding twice lands where rounding once does).
+  MXL_HD static uint32_t lanes(uint32_t lo, uint32_t hi) { return (lo & 0xffffu) | hi << 16; }
+  MXL_HD static float lo(uint32_t a) { return float_of(a << 16); }
+  MXL_HD static float hi(uint32_t a) { return float_of(a & 0xffff0000u); }
+  MXL_HD static uint32_t rounded(float v) {  // the bf16 bits of a finite v, to nearest even
+    const uint32_t u = bits_of(v);
+    return (u + 0x7fffu + (u >> 16 & 1u)) >> 16;
+  }
+  MXL_HD static uint32_t min(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    uint32_t d;
+    asm("min.u16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+#else
+    return lanes(F32Lanes::min(a & 0xffffu, b & 0xffffu), F32Lanes::min(a >> 16, b >> 16));
+#endif
+  }
+  MXL_HD static uint32_t max(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    uint32_t d;
+    asm("max.u16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+#else
+    return lanes(F32Lanes::max(a & 0xffffu, b & 0xffffu), F32Lanes::max(a >> 16, b >> 16));
+#endif
+  }
+  MXL_HD static uint32_t mul(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    uint32_t d;
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+#else
+    return lanes(rounded(lo(a) * lo(b)), rounded(hi(a) * hi(b)));
+#endif
+  }
+  MXL_HD static uint32_t add(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    uint32_t d;
+    asm("add.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+#else
+    return lanes(rounded(lo(a) + lo(b)), rounded(hi(a) + hi(b)));
+#endif
+  }
+  MXL_HD static uint32_t widest(uint32_t top) { return F32Lanes::max(top << 16, top & 0xffff0000u); }
+};
+
+// A value's bits in every lane of L, from its fp32 bits (low 16 clear: a bf16 value widened).
+template <class L>
+MXL_HD constexpr uint32_t splat(uint32_t f32_bits) {
+  return L::kLanes == 1 ? f32_bits : (f32_bits >> 16) * L::kUnit;
+}
+
+// The E2M1 codes (sign in bit 3 of each lane) of the finite values in word w at the scale `power`
+// (2^-x_exp in every lane). Per lane: t = |x| * power (exact; below 8), clamped to 6. E2M1's grid
+// steps by 1/2 below 2 and by 2^(e-1) above (e = floor(log2 t)), so adding M = 1.5 * 2^(kMant - 1 +
+// max(e, 0)), whose spacing is that step, rounds t onto the grid to nearest even in one addition; the
+// sum's bits past M's count the steps q, and the code is q + 2 * max(e, 0) (a code and its q share
+// their parity, so a tie goes to the even code). The sign is x's unless |x| is 0 (-0.0 has none).
+template <class L>
+MXL_HD inline uint32_t e2m1_codes(uint32_t w, uint32_t power) {
+  constexpr uint32_t kAbs = splat<L>(0x7fffffffu), kExp = splat<L>(0x7f800000u), kSign = splat<L>(0x80000000u);
+  constexpr uint32_t kOne = splat<L>(0x3f800000u), kSix = splat<L>(0x40c00000u);
+  // M's bits past 2^max(e, 0)'s: kMant - 1 more in the exponent, and the 1.5's mantissa bit
+  constexpr uint32_t kMagic = (uint32_t(L::kMant - 1) << L::kMant | 1u << (L::kMant - 1)) * L::kUnit;
+  const uint32_t a = w & kAbs;
+  const uint32_t t = L::min(L::mul(a, power), kSix);
+  const uint32_t e = L::max(t & kExp, kOne);  // 2^max(e, 0)
+  const uint32_t m = e + kMagic;
+  // e >> (kMant - 1) is twice the biased exponent, 254 + 2 * max(e, 0): the 254 leaves with m's
+  const uint32_t code = L::add(t, m) + (e >> (L::kMant - 1)) - (m + 254u * L::kUnit);
+  const uint32_t sign = w & (a + kAbs) & kSign;  // a + kAbs reaches the lane's top bit unless a is 0
+  return code | sign >> (L::kLanes == 1 ? 28 : 12);
+}
+
+// The four code bytes of 8 values whose codes are in the words c (value 2i's in the low nibble of byte i).
+template <class L>
+MXL_HD inline uint32_t code_bytes(const uint32_t* c) {
+  uint32_t out = 0;
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t byte = L::kLanes == 1 ? c[2 * i] | c[2 * i + 1] << 4 : (c[i] | c[i] >> 12) & 0xffu;
+    out |= byte << (8 * i);
+  }
+  return out;
+}
+
+// One block held as words of L: its 16 code bytes (value 2i in the low nibble of byte i) as four
+// words, and its E8M0 scale byte.
+template <class L>
+MXL_HD inline uint8_t quantize_block(const uint32_t (&w)[kBlock / L::kLanes], uint32_t (&packed)[4]) {
+  constexpr int kWords = kBlock / L::kLanes;
+  // the largest magnitude's bits: integers order non-negative floats, and NaNs sort above the infinity
+  uint32_t top = 0;
+  for (int i = 0; i < kWords; ++i) top = L::max(top, w[i] & splat<L>(0x7fffffffu));
+  top = L::widest(top);
+  if (top < 0x7f800000u) {  // the common path: no value to test
+    int x_exp = top ? floor_log2(float_of(top)) - 2 : -127;  // at most 125: t stays below 8
+    x_exp = x_exp < -127 ? -127 : x_exp;
+    const uint32_t power = splat<L>(uint32_t(127 - x_exp) << 23);  // 2^-x_exp, a normal
+    constexpr int kPer = 8 / L::kLanes;  // words of 8 values
+    for (int j = 0; j < 4; ++j) {
+      uint32_t c[kPer];
+      for (int i = 0; i < kPer; ++i) c[i] = e2m1_codes<L>(w[j * kPer + i], power);
+      packed[j] = code_bytes<L>(c);
+    }
+    return uint8_t(x_exp + 127);
+  }
+  // A non-finite block codes its finite values at X = -127 when it holds a NaN (the reference's amax
+  // is then NaN, and NaN > 0 is false; a product past fp32's range clamps to 6 as an infinity), else
+  // at X = -2 (an infinite amax: log2 of 1); each value on its own in fp32 (bf16 widens exactly), a
+  // non-finite one coded 0.
+  const uint32_t power = uint32_t(127 - (top > 0x7f800000u ? -127 : -2)) << 23;
+  for (int j = 0; j < 4; ++j) {
+    uint32_t c[8];
+    for (int i = 0; i < 8; ++i) {
+      const int v = j * 8 + i;
+      const uint32_t x = L::kLanes == 1 ? w[v] : (v % 2 ? w[v / 2] & 0xffff0000u : w[v / 2] << 16);
+      c[i] = (x & 0x7fffffffu) < 0x7f800000u ? e2m1_codes<F32Lanes>(x, power) : 0u;
+    }
+    packed[j] = code_bytes<F32Lanes>(c);
+  }
+  return uint8_t(255);
+}
+
+// The lanes a block of dtype DT is coded in: bf16 in pairs; fp32, and fp16 widened exactly, one a word.
+template <int DT>
+using LanesOf = std::conditional_t<DT == 1, Bf16Lanes, F32Lanes>;
+
+// 16 bytes moved as one access where the address allows.
+struct alignas(16) Bytes16 {
+  uint32_t words[4];
+};
+
+// fp16 bits widened to fp32's, exactly.
+MXL_HD inline uint32_t widened_fp16(uint16_t h) {
+#if defined(__CUDA_ARCH__)
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return bits_of(f);
+#else
+  const uint32_t sign = (h & 0x8000u) << 16, e = h >> 10 & 0x1fu, m = h & 0x3ffu;
+  if (e == 0x1fu) return sign | 0x7f800000u | (m << 13);
+  if (e != 0) return sign | ((e + 112) << 23) | (m << 13);
+  return bits_of(float_of(sign) + (sign ? -1.f : 1.f) * float(m) * 5.9604644775390625e-8f);  // m * 2^-24
+#endif
+}
+
+// The block's kBlock values of dtype DT at `src` (aligned to its dtype) as words of LanesOf<DT>:
+// 16-byte loads where the address allows, else value by value.
+template <int DT>
+MXL_HD inline void load_block(const void* src, uint32_t (&w)[kBlock / LanesOf<DT>::kLanes]) {
+  constexpr int kBytes = kBlock * (DT == 0 ? 4 : 2);
+  if ((reinterpret_cast<uintptr_t>(src) & 15u) == 0) {
+    Bytes16 chunks[kBytes / 16];
+    for (int i = 0; i < kBytes / 16; ++i) chunks[i] = static_cast<const Bytes16*>(src)[i];
+    for (int v = 0; v < kBytes / 4; ++v) {
+      const uint32_t u = chunks[v / 4].words[v % 4];
+      if constexpr (DT == 2) {  // two fp16 values: each its own fp32 word
+        w[2 * v] = widened_fp16(uint16_t(u));
+        w[2 * v + 1] = widened_fp16(uint16_t(u >> 16));
+      } else {
+        w[v] = u;
+      }
+    }
+    return;
+  }
+  for (int v = 0; v < kBlock; ++v) {
+    if constexpr (DT == 0) {
+      w[v] = static_cast<const uint32_t*>(src)[v];
+    } else {
+      const uint16_t h = static_cast<const uint16_t*>(src)[v];
+      if constexpr (DT == 1) {
+        w[v / 2] = v % 2 ? (w[v / 2] | uint32_t(h) << 16) : h;
+      } else {
+        w[v] = widened_fp16(h);
+      }
+    }
+  }
+}
 
 // Block b of the quantization: row b / blocks_per_row of x into its destination, where rows go to
 // `codes` / `scales` (rows of the output) or, given slots, to page slot / PAGE, row slot % PAGE of the
 // paged cache (negative slots and slots at or past the cache's capacity are skipped). One thread a
-// block, its values read one by one.
+// block; x of dtype DT (a.x_dtype: with_dtype picks the instantiation).
+template <int DT>
 MXL_HD inline void quantize_one(const QuantArgs& a, int64_t b) {
+  using L = LanesOf<DT>;
   const int64_t blocks_per_row = a.row_len / kBlock, row = b / blocks_per_row, k = b % blocks_per_row;
   uint8_t* codes;
   uint8_t* scale;
@@ -118,17 +260,25 @@ MXL_HD inline void quantize_one(const QuantArgs& a, int64_t b) {
     codes = a.codes + row * (a.row_len / 2) + k * (kBlock / 2);
     scale = a.scales + row * (a.row_len / kBlock) + k;
   }
-  const int elem = a.x_dtype == 0 ? 4 : 2;
-  const void* x_row = static_cast<const uint8_t*>(a.x) + row * a.x_row_stride * elem;
-  float v[kBlock];
-  for (int i = 0; i < kBlock; ++i) v[i] = load_value(x_row, k * kBlock + i, a.x_dtype);
-  Codes packed;
-  *scale = quantize_block(v, packed.bytes);
+  constexpr int64_t kValueBytes = DT == 0 ? 4 : 2;
+  uint32_t w[kBlock / L::kLanes];
+  load_block<DT>(static_cast<const uint8_t*>(a.x) + (row * a.x_row_stride + k * kBlock) * kValueBytes, w);
+  Bytes16 packed;
+  *scale = quantize_block<L>(w, packed.words);
   if ((reinterpret_cast<uintptr_t>(codes) & 15u) == 0) {
-    *reinterpret_cast<Codes*>(codes) = packed;
+    *reinterpret_cast<Bytes16*>(codes) = packed;
   } else {
-    memcpy(codes, packed.bytes, sizeof packed);  // unknown alignment: 16 one-byte stores on a GPU
+    memcpy(codes, packed.words, sizeof packed);  // unknown alignment: 16 one-byte stores on a GPU
   }
+}
+
+// Calls f(std::integral_constant<int, DT>{}) for the quantizer's input dtype: one code path per dtype,
+// no per-value test of it.
+template <class F>
+inline auto with_dtype(int x_dtype, F&& f) {
+  if (x_dtype == 0) return f(std::integral_constant<int, 0>{});
+  if (x_dtype == 1) return f(std::integral_constant<int, 1>{});
+  return f(std::integral_constant<int, 2>{});
 }
 
 }  // namespace mxlogits::quant

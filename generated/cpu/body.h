@@ -156,8 +156,10 @@ LaunchStatus launch_schedule(const LaunchContext&, const SchedArgs& args) {
 
 template <class T>
 LaunchStatus launch_quantize(const LaunchContext&, const QuantArgs& args) {
-  at::parallel_for(0, args.rows * (args.row_len / quant::kBlock), 1024, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) quant::quantize_one(args, b);
+  quant::with_dtype(args.x_dtype, [&](auto dt) {
+    at::parallel_for(0, args.rows * (args.row_len / quant::kBlock), 1024, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) quant::quantize_one<decltype(dt)::value>(args, b);
+    });
   });
   return {0, nullptr};
 }

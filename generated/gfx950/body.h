@@ -103,11 +103,11 @@ LaunchStatus launch_compact_expand(const LaunchContext& ctx, const CompactArgs& 
 }
 
 // The MXFP4 quantizer (quant.h): a thread per block of 32 values.
-template <int QPB, int BK>
+template <int QPB, int BK, int DT>
 __global__ void __launch_bounds__(quant::kThreads) quantize_kernel(const QuantArgs a) {
 #if (defined(__HIP_DEVICE_COMPILE__) && defined(__gfx950__)) || defined(MXLOGITS_EMULATE_GFX950)
   const int64_t b = int64_t(blockIdx.x) * quant::kThreads + threadIdx.x;
-  if (b < a.rows * (a.row_len / quant::kBlock)) quant::quantize_one(a, b);
+  if (b < a.rows * (a.row_len / quant::kBlock)) quant::quantize_one<DT>(a, b);
 #endif
 }
 
@@ -115,10 +115,12 @@ template <class T>
 LaunchStatus launch_quantize(const LaunchContext& ctx, const QuantArgs& args) {
   const int64_t blocks = args.rows * (args.row_len / quant::kBlock);
   if (blocks == 0) return LaunchStatus{0, nullptr};
-  const auto kernel = quantize_kernel<T::Q_PER_BLOCK, T::BLOCK_K>;
   const int grid = int((blocks + quant::kThreads - 1) / quant::kThreads);
-  hipLaunchKernelGGL(kernel, dim3(grid), dim3(quant::kThreads), 0, static_cast<hipStream_t>(ctx.stream), args);
-  return last_launch_status();
+  return quant::with_dtype(args.x_dtype, [&](auto dt) {
+    const auto kernel = quantize_kernel<T::Q_PER_BLOCK, T::BLOCK_K, decltype(dt)::value>;
+    hipLaunchKernelGGL(kernel, dim3(grid), dim3(quant::kThreads), 0, static_cast<hipStream_t>(ctx.stream), args);
+    return last_launch_status();
+  });
 }
 
 
