@@ -1,7 +1,7 @@
 """The compact schedule (docs/schedule.md, "The compact schedule"): the step's split as one int32
 [num_ctas + 1, 2] tensor, DeepGEMM's metadata shape, for decode steps of sequences with next_n rows
 each whose windows start at 0. Built in one launch from the context lengths, before the instance is
-known; the op expands it on the device. Plain tensors throughout: the schedule can be copied into any
+known; the op's CTAs read their work off it. Plain tensors throughout: the schedule can be copied into any
 persistent buffer, and a CUDA graph captured on that buffer replays with the schedule of each step."""
 
 from __future__ import annotations
@@ -84,8 +84,8 @@ def pa_mqa_logits_compact(
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """pa_mqa_logits_mxfp4 (same tensors, same semantics) on a compact schedule built by
-    compact_schedule from these context_lens: rows b * next_n + j, block_tables row b. One launch
-    expands the schedule, one computes the logits; every argument is checked before either. Without
+    compact_schedule from these context_lens: rows b * next_n + j, block_tables row b. One launch,
+    whose CTAs take their records from the schedule; every argument is checked before it. Without
     `out`, a new [B * next_n, max_seq_len] fp32 tensor of -inf. variant: the instance (default: the
     largest q_per_block not above next_n, as mxlogits.variant_for)."""
     n = rows_per_sequence(context_lens, next_n)

@@ -9,7 +9,8 @@ planned for more rows than the q/out tensors hold (num_rows smaller than the pla
 the records past it).
 Hostile cases (memcheck's verdict is what matters; they must still leave every cell outside the
 rows' windows untouched, docs/semantics.md, else FAIL): a schedule built by another variant, and forged
-records (random int32, huge and negative) with random CTA ranges. Without a GPU arch of the
+records (random int32, huge and negative) with random CTA ranges. The op on compact schedules, legitimate
+(checked) and forged (hostile). Without a GPU arch of the
 instance table this prints "no GPU arch present" and exits 0."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the suite's support package
 
+import mxlogits as mx  # noqa: E402
 import torch  # noqa: E402
 from support.cases import (  # noqa: E402
     assert_matches, first_rows, from_window_starts, make_case, make_plan, ops_of, reference, run_op,
@@ -180,6 +182,48 @@ def forged_records(v, trials: int = 6) -> None:
         checked(f"{v.arch}/{v.name} hostile: forged records, trial {t} ({n_rec} records, {n_cta} CTAs)", run)
 
 
+def compact_cases(v) -> None:
+    """The op on compact schedules (DeepGEMM's metadata shape), whose logits launch writes its CTAs' records
+    into its workspace first: 1-D and 2-D context_lens at next_n 1, 2 and 6, on 3 and 132 CTAs, checked
+    against the reference; then forged schedules (hostile: no cell outside a window written)."""
+    for next_n, two_d in ((1, False), (2, False), (2, True), (6, False), (6, True)):
+        g = torch.Generator().manual_seed(next_n * 2 + two_d)
+        lens = torch.randint(0, 1500, (5, next_n) if two_d else (5,), generator=g, dtype=torch.int32)
+        if two_d:
+            ends = lens.flatten().tolist()
+        else:
+            ends = [c - next_n + 1 + j for c in lens.tolist() for j in range(next_n)]
+        per_seq = lens.reshape(5, -1).amax(1).clamp(min=1).tolist()
+        case = make_case(per_seq, [(r // next_n, 0, max(e, 0)) for r, e in enumerate(ends)], v, seed=next_n)
+        context_lens = lens.to(DEVICE)
+        for num_sms in (3, 132):
+
+            def run():
+                meta = mx.compact_schedule(context_lens, num_sms)
+                out = mx.pa_mqa_logits_compact(*case.named_inputs().values(), context_lens, meta, case.max_seq_len,
+                                               next_n=next_n, variant=v.name)  # fmt: skip
+                torch.cuda.synchronize()
+                assert_matches(out, reference(case), v)
+
+            checked(f"{v.arch}/{v.name} compact schedule, next_n {next_n}{' 2-D' if two_d else ''}, {num_sms} CTAs", run)
+    g = torch.Generator().manual_seed(7)
+    for t, meta in enumerate([
+        torch.randint(-(2**31), 2**31 - 1, (9, 2), generator=g, dtype=torch.int64).to(torch.int32),
+        torch.randint(-3, 12, (9, 2), generator=g, dtype=torch.int32),
+    ]):
+        case = make_case([300, 1, 129, 5], [(r // 2, 0, max(c - 1 + r % 2, 0)) for r, c in
+                                            enumerate([300, 300, 1, 1, 129, 129, 5, 5])], v)  # fmt: skip
+        context_lens = torch.tensor([300, 1, 129, 5], dtype=torch.int32, device=DEVICE)
+
+        def run():
+            out = mx.pa_mqa_logits_compact(*case.named_inputs().values(), context_lens, meta.to(DEVICE),
+                                           case.max_seq_len, next_n=2, variant=v.name)  # fmt: skip
+            torch.cuda.synchronize()
+            assert_outside_windows_untouched(case, out)
+
+        checked(f"{v.arch}/{v.name} hostile: forged compact schedule, trial {t}", run)
+
+
 def main() -> int:
     if GPU_ARCH is None:
         print("no GPU arch present")
@@ -192,6 +236,7 @@ def main() -> int:
         row_guard(v)
         foreign_schedule(v)
         forged_records(v)
+        compact_cases(v)
     print(f"{failures} failure(s)" if failures else "all cases passed")
     return 1 if failures else 0
 

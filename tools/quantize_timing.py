@@ -1,5 +1,6 @@
 """The device MXFP4 quantizers on a GPU against the bytes roofline: mx.quantize_rows (the query path)
-and mx.quantize_into_cache (the key path, into a fused page buffer at random slots), each checked
+and mx.quantize_into_cache (the key path, into a fused page buffer at random slots; as many keys as the
+query rows hold values, so both paths move the same bytes), each checked
 bit-exact with quantize_mxfp4, then timed as the bench times a call (L2 flushed, events around the call
 alone, median of `repeats`) beside the measured copy bandwidth.
 
@@ -40,18 +41,18 @@ def main() -> None:
         nbytes = q.numel() * (2 + 0.5 + 1 / 32)
         print(f"| query (quantize_rows) | {tokens} | {q.numel()} | {t * 1e6:.1f} | {nbytes / t / 1e9:.0f} | "
               f"{100 * nbytes / t / bw:.1f} |")
-        k = q[:, 0].contiguous()
-        pages = -(-tokens // 64) * 2
+        k = q.reshape(-1, D)  # as many keys as the queries hold values: a prefill's keys at the larger sizes
+        pages = -(-k.shape[0] // 64) * 2
         buffer, kv_cache, kv_scale = mx.fused_kv_cache(pages, device)
-        slots = torch.randperm(pages * 64, device=device, generator=g)[:tokens]
+        slots = torch.randperm(pages * 64, device=device, generator=g)[: k.shape[0]]
         mx.quantize_into_cache(k, slots, kv_cache, kv_scale)
         ref_buffer, ref_kv, ref_ks = mx.fused_kv_cache(pages, device)
         mx.write_paged_kv(*mx.quantize_mxfp4(k), slots, ref_kv, ref_ks)
         assert torch.equal(buffer, ref_buffer)
         t = statistics.median(call_seconds([lambda: mx.quantize_into_cache(k, slots, kv_cache, kv_scale)], device,
                                            args.repeats))  # fmt: skip
-        nbytes = k.numel() * (2 + 0.5 + 1 / 32) + tokens * 8
-        print(f"| key (quantize_into_cache) | {tokens} | {k.numel()} | {t * 1e6:.1f} | {nbytes / t / 1e9:.0f} | "
+        nbytes = k.numel() * (2 + 0.5 + 1 / 32) + k.shape[0] * 8
+        print(f"| key (quantize_into_cache) | {k.shape[0]} | {k.numel()} | {t * 1e6:.1f} | {nbytes / t / 1e9:.0f} | "
               f"{100 * nbytes / t / bw:.1f} |")
 
 

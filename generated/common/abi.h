@@ -42,6 +42,7 @@ struct InstanceTraits {
   static constexpr int PAGES_PER_CHUNK = BK / kPageSize;
   static constexpr bool BF16_OUT = false;     // this kernel writes fp32 logits (Bf16Out: bf16)
   static constexpr bool FROM_START = false;   // cell t of row r at column t (FromStartOut: t - start)
+  static constexpr bool COMPACT = false;      // the records of a plan (CompactSched: of a compact schedule)
   // The schedule's weight of a tile's setup (setup_tokens), in chunks: SchedArgs::setup_chunks.
   static constexpr int SETUP_CHUNKS = int((int64_t(SETUP) + BK - 1) / BK);
   static_assert(QPB >= 1 && CTA_RES >= 1, "q_per_block and cta_resident are >= 1");
@@ -62,6 +63,13 @@ struct Bf16Out : T {
 template <class T>
 struct FromStartOut : T {
   static constexpr bool FROM_START = true;
+};
+
+// The same instance on a compact schedule (KernelArgs::compact_meta), each CTA writing its range and
+// records first (records::expand_cta): a kernel of its own, so a plan's keeps its code.
+template <class T>
+struct CompactSched : T {
+  static constexpr bool COMPACT = true;
 };
 
 // One unit of work: a tile (up to q_per_block consecutive rows of one sequence) and a
@@ -113,7 +121,7 @@ struct KernelArgs {
   const int32_t* local_starts;  // [>=num_rows], or null: every window starts at 0
   const int32_t* local_ends;  // [>=num_rows]
   const int32_t* cta_info;  // [num_records, kRecordInts]
-  const int32_t* cta_ranges;  // [num_ctas, kRangeInts]
+  const int32_t* cta_ranges;  // [num_ctas, kRangeInts]; null with compact_meta
   int64_t kv_page_stride;  // bytes
   int64_t kv_scale_page_stride;  // bytes
   int64_t out_row_stride;  // elements
@@ -130,6 +138,12 @@ struct KernelArgs {
   int32_t out_bf16;  // out holds bf16: only a kernel of Bf16Out<instance> is launched
   int32_t out_from_start;  // row r's cell t at column t - local_starts[r]: a kernel of FromStartOut<...>
   int32_t out_cols;  // columns of out; with out_from_start a window is cut at start + out_cols
+  int32_t next_n;  // compact_meta: rows per sequence (num_rows / next_n sequences)
+  const int32_t* compact_meta;  // [num_ctas + 1, 2]: a compact schedule (records::expand_cta), or null: a plan
+  const int32_t* compact_lens;  // compact_meta's context lengths: [num_rows / next_n], or [num_rows]
+  int32_t* compact_out;  // [compact_workspace(...)]: cta_info, and local_ends unless lens_per_row
+  int32_t lens_per_row;  // compact_meta: compact_lens holds one end per row (is local_ends)
+  int32_t setup_pages;  // compact_meta: a sequence's setup weighs as much as this many of its pages
 };
 static_assert(offsetof(KernelArgs, q) == 0, "KernelArgs ABI");
 static_assert(offsetof(KernelArgs, q_scale) == 8, "KernelArgs ABI");
@@ -158,7 +172,13 @@ static_assert(offsetof(KernelArgs, weights_bf16) == 148, "KernelArgs ABI");
 static_assert(offsetof(KernelArgs, out_bf16) == 152, "KernelArgs ABI");
 static_assert(offsetof(KernelArgs, out_from_start) == 156, "KernelArgs ABI");
 static_assert(offsetof(KernelArgs, out_cols) == 160, "KernelArgs ABI");
-static_assert(sizeof(KernelArgs) == 168, "KernelArgs ABI");
+static_assert(offsetof(KernelArgs, next_n) == 164, "KernelArgs ABI");
+static_assert(offsetof(KernelArgs, compact_meta) == 168, "KernelArgs ABI");
+static_assert(offsetof(KernelArgs, compact_lens) == 176, "KernelArgs ABI");
+static_assert(offsetof(KernelArgs, compact_out) == 184, "KernelArgs ABI");
+static_assert(offsetof(KernelArgs, lens_per_row) == 192, "KernelArgs ABI");
+static_assert(offsetof(KernelArgs, setup_pages) == 196, "KernelArgs ABI");
+static_assert(sizeof(KernelArgs) == 200, "KernelArgs ABI");
 
 
 // Arguments of the schedule build (docs/schedule.md). `scratch` holds, in order: at q_per_block > 1
@@ -195,40 +215,31 @@ static_assert(offsetof(SchedArgs, setup_chunks) == 76, "SchedArgs ABI");
 static_assert(sizeof(SchedArgs) == 80, "SchedArgs ABI");
 
 
-// Arguments of the compact schedule (sched.h, docs/schedule.md): `batch` sequences of `next_n` rows,
+// Arguments of the compact schedule's build (sched.h, records.h): `batch` sequences of `next_n` rows,
 // row j of sequence b reading [0, end), end = seq_lens[b] - next_n + 1 + j, or seq_lens[b * next_n + j]
-// (lens_per_row). The build writes meta[c] = (sequence, unit) where CTA c starts, [num_ctas + 1, 2] and
-// more rows repeating the end; the expansion turns it into the records, ranges and window ends the
-// logits launch reads.
+// (lens_per_row). It writes meta[c] = (sequence, unit) where CTA c starts, [num_ctas + 1, 2], and more
+// rows repeating the end; the logits launch reads it as it is (KernelArgs::compact_meta).
 struct CompactArgs {
   const int32_t* seq_lens;  // [batch], or [batch * next_n] when lens_per_row
-  int32_t* meta;  // [meta_rows, 2]: written by the build, read by the expansion
+  int32_t* meta;  // [meta_rows, 2]
   int64_t* scratch;  // [batch + 1]: the build's weight prefix
-  int32_t* cta_info;  // expansion: [num_records, kRecordInts]
-  int32_t* cta_ranges;  // expansion: [num_ctas, kRangeInts]
-  int32_t* local_ends;  // expansion: [batch * next_n]
   int32_t batch;
   int32_t next_n;  // >= 1
   int32_t lens_per_row;
   int32_t num_ctas;  // CTAs the work is split over
   int32_t meta_rows;  // >= num_ctas + 1
-  int32_t num_records;  // expansion: compact_records(batch, next_n, num_ctas)
   int32_t setup_pages;  // a sequence's setup weighs as much as this many of its pages
 };
 static_assert(offsetof(CompactArgs, seq_lens) == 0, "CompactArgs ABI");
 static_assert(offsetof(CompactArgs, meta) == 8, "CompactArgs ABI");
 static_assert(offsetof(CompactArgs, scratch) == 16, "CompactArgs ABI");
-static_assert(offsetof(CompactArgs, cta_info) == 24, "CompactArgs ABI");
-static_assert(offsetof(CompactArgs, cta_ranges) == 32, "CompactArgs ABI");
-static_assert(offsetof(CompactArgs, local_ends) == 40, "CompactArgs ABI");
-static_assert(offsetof(CompactArgs, batch) == 48, "CompactArgs ABI");
-static_assert(offsetof(CompactArgs, next_n) == 52, "CompactArgs ABI");
-static_assert(offsetof(CompactArgs, lens_per_row) == 56, "CompactArgs ABI");
-static_assert(offsetof(CompactArgs, num_ctas) == 60, "CompactArgs ABI");
-static_assert(offsetof(CompactArgs, meta_rows) == 64, "CompactArgs ABI");
-static_assert(offsetof(CompactArgs, num_records) == 68, "CompactArgs ABI");
-static_assert(offsetof(CompactArgs, setup_pages) == 72, "CompactArgs ABI");
-static_assert(sizeof(CompactArgs) == 80, "CompactArgs ABI");
+static_assert(offsetof(CompactArgs, batch) == 24, "CompactArgs ABI");
+static_assert(offsetof(CompactArgs, next_n) == 28, "CompactArgs ABI");
+static_assert(offsetof(CompactArgs, lens_per_row) == 32, "CompactArgs ABI");
+static_assert(offsetof(CompactArgs, num_ctas) == 36, "CompactArgs ABI");
+static_assert(offsetof(CompactArgs, meta_rows) == 40, "CompactArgs ABI");
+static_assert(offsetof(CompactArgs, setup_pages) == 44, "CompactArgs ABI");
+static_assert(sizeof(CompactArgs) == 48, "CompactArgs ABI");
 
 
 // Arguments of the MXFP4 quantizer (quant.h): rows of x, row_len values each, into rows of codes and

@@ -40,6 +40,152 @@ MXL_HD inline Span span_of(const KernelArgs& a, const CtaRecord& r) {
   return Span{lo, hi, int(rows)};
 }
 
+// A body's loads of the schedule and the window ends go through a loader, ld(pointer) -> value, so
+// an arch may route them (the AMD bodies: the scalar cache); PlainLoad reads them as they are.
+struct PlainLoad {
+  template <class V>
+  MXL_HD V operator()(const V* p) const {
+    return *p;
+  }
+};
+
+// ---- the compact schedule (DeepGEMM's metadata shape; docs/schedule.md) ---------------------------
+//
+// The end-to-end split stated per sequence, so that it fits DeepGEMM's [num_sms + 1, 2] int32
+// metadata and is built before the instance is known: sequence b weighs setup_pages plus the pages of
+// its longest window (0 when every window is empty), its units laid end to end, and CTA c starts at
+// unit floor(c * total / num_ctas): meta[c] = (sequence, unit within it), built by one launch
+// (sched.h). The logits launch reads it as it is: CTA c takes, of each sequence it touches, the chunks
+// whose first page lies in its pages, for every tile of that sequence (ceil(next_n / q_per_block)
+// tiles of consecutive rows), as DeepGEMM's kernel takes all next_n rows of a sequence at once. Its
+// records are numbered (b + c) * tiles_per_seq + k (CTA c's piece of tile k of sequence b), unique
+// for the reason record t + c of a plan is, and computed from meta and the window ends where a plan's
+// would be loaded.
+
+// What the compact functions read: `batch` sequences of next_n rows, row j of sequence b reading
+// [0, end) with end = ends[b] - next_n + 1 + j (per_sequence) or ends[b * next_n + j]. Everything is
+// an int32 (the launchers bound rows, records and units): the device keeps half the registers.
+struct CompactView {
+  const int32_t* ends;
+  const int32_t* meta;  // [num_ctas + 1, 2]
+  int32_t batch, next_n, setup_pages;
+  bool per_sequence;
+};
+MXL_HD inline CompactView compact_view(const KernelArgs& a) {
+  return CompactView{a.compact_lens, a.compact_meta, a.next_n > 0 ? a.num_rows / a.next_n : 0, a.next_n, a.setup_pages,
+                     !a.lens_per_row};
+}
+
+// Window end of `row` (an end below 0 reads as 0: the same empty window).
+template <class Ld>
+MXL_HD inline int32_t compact_row_end(const CompactView& v, int32_t row, Ld&& ld) {
+  if (!v.per_sequence) return ld(v.ends + row);
+  const int64_t end = int64_t(ld(v.ends + row / v.next_n)) - v.next_n + 1 + row % v.next_n;
+  return end > 0 ? int32_t(end) : 0;
+}
+
+// Chunks of `span` tokens covering [0, e): 0 for e <= 0 (no overflow near 2^31).
+MXL_HD inline int32_t chunks_of(int32_t e, int32_t span) { return e > 0 ? (e - 1) / span + 1 : 0; }
+
+// Pages of sequence b's longest window (no order of its rows' windows is assumed), and its weight.
+template <class Ld>
+MXL_HD inline int32_t compact_seq_pages(const CompactView& v, int32_t b, Ld&& ld) {
+  int32_t e = 0;
+  if (v.per_sequence) {
+    e = ld(v.ends + b);  // its last row's window is the longest
+  } else {
+    for (int32_t r = b * v.next_n; r < (b + 1) * v.next_n; ++r) e = e < ld(v.ends + r) ? ld(v.ends + r) : e;
+  }
+  return chunks_of(e, kPageSize);
+}
+template <class Ld>
+MXL_HD inline int32_t compact_weight(const CompactView& v, int32_t b, Ld&& ld) {
+  const int32_t pages = compact_seq_pages(v, b, ld);
+  return pages > 0 ? pages + v.setup_pages : 0;
+}
+
+// CTA c's sequences [seq0, seq_end()), from unit unit0 of seq0 to unit unit1 of seq1.
+struct CompactSpan {
+  int32_t seq0, unit0, seq1, unit1;
+  MXL_HD bool empty() const { return seq0 == seq1 && unit0 == unit1; }
+  MXL_HD int32_t seq_end() const { return unit1 > 0 ? seq1 + 1 : seq1; }
+};
+template <class Ld>
+MXL_HD inline CompactSpan compact_span(const CompactView& v, int32_t c, Ld&& ld) {
+  return CompactSpan{ld(v.meta + 2 * c), ld(v.meta + 2 * c + 1), ld(v.meta + 2 * c + 2), ld(v.meta + 2 * c + 3)};
+}
+
+template <int QPB>
+MXL_HD inline int64_t compact_tiles_per_seq(int64_t next_n) { return (next_n + QPB - 1) / QPB; }
+// Records a compact schedule numbers: (batch + num_ctas) sequence slots of tiles_per_seq.
+template <int QPB>
+MXL_HD inline int64_t compact_records(int64_t batch, int64_t next_n, int64_t num_ctas) {
+  return (batch + num_ctas) * compact_tiles_per_seq<QPB>(next_n);
+}
+
+// CTA c's piece (its span s) of tile k of sequence b.
+template <int QPB, int BK, class Ld>
+MXL_HD inline CtaRecord compact_record(const CompactView& v, const CompactSpan& s, int32_t b, int32_t k, Ld&& ld) {
+  const CtaRecord none{0, 0, 0, 0, 0, 0, 0};
+  if (s.empty() || b < s.seq0 || b >= s.seq_end() || b < 0 || b >= v.batch) return none;
+  const int32_t w = compact_weight(v, b, ld);
+  const int32_t from = b == s.seq0 ? s.unit0 : 0, to = b == s.seq1 ? s.unit1 : w;
+  if (to <= v.setup_pages) return none;
+  // pages [p0, p1) of the sequence; the chunks whose first page lies there
+  const int32_t p0 = (from > v.setup_pages ? from : v.setup_pages) - v.setup_pages, p1 = to - v.setup_pages;
+  if (p1 <= p0) return none;
+  constexpr int32_t kPages = BK / kPageSize;
+  const int32_t k0 = chunks_of(p0, kPages), k1 = chunks_of(p1, kPages);
+  const int32_t r0 = b * v.next_n + k * QPB, rows = v.next_n - k * QPB < QPB ? v.next_n - k * QPB : QPB;
+  int32_t e = 0;  // the tile's union window [0, e)
+  for (int32_t r = r0; r < r0 + rows; ++r) {
+    const int32_t end = compact_row_end(v, r, ld);
+    e = end > e ? end : e;
+  }
+  const int32_t chunks = chunks_of(e, BK), last = k1 < chunks ? k1 : chunks;
+  if (last <= k0) return none;
+  return CtaRecord{r0, rows, b, k0, last - k0, 0, e};
+}
+
+// The logits launch's workspace of a compact schedule (KernelArgs::compact_out), in int32 words: the
+// records [num_records, kRecordInts] (cta_info), the ranges [num_ctas, kRangeInts] (cta_ranges), then,
+// for window ends stated per sequence, one end per row (local_ends).
+MXL_HD inline int64_t compact_ranges_at(int64_t num_records) { return num_records * kRecordInts; }
+MXL_HD inline int64_t compact_ends_at(int64_t num_records, int64_t num_ctas) {
+  return compact_ranges_at(num_records) + num_ctas * kRangeInts;
+}
+MXL_HD inline int64_t compact_workspace(int64_t num_records, int64_t num_ctas, int64_t num_rows, bool lens_per_row) {
+  return compact_ends_at(num_records, num_ctas) + (lens_per_row ? 0 : num_rows);
+}
+
+// CTA c's share of a compact schedule, at the start of the logits launch, written where a plan's
+// would be read: thread `tid` of `threads` writes records begin + tid, begin + tid + threads, ... of
+// the CTA's range and, for ends stated per sequence, the window ends of those records' rows (a row
+// a piece of whose tile another CTA holds gets the same end from that CTA too); thread 0 writes the
+// range. After a barrier the CTA reads them as a plan's.
+template <int QPB, int BK>
+MXL_HD inline void expand_cta(const KernelArgs& a, int32_t c, int32_t tid, int32_t threads) {
+  const PlainLoad plain;
+  const CompactView v = compact_view(a);
+  const CompactSpan s = compact_span(v, c, plain);
+  const int32_t per = int32_t(compact_tiles_per_seq<QPB>(v.next_n));
+  const bool none = s.empty() || s.seq0 < 0 || s.seq_end() > v.batch || s.seq_end() <= s.seq0;
+  const int32_t begin = none ? 0 : (s.seq0 + c) * per, end = none ? 0 : (s.seq_end() + c) * per;
+  auto* records = reinterpret_cast<CtaRecord*>(a.compact_out);
+  int32_t* ends = a.compact_out + compact_ends_at(a.num_records, a.num_ctas);
+  for (int32_t j = begin + tid; j < (end < a.num_records ? end : a.num_records); j += threads) {
+    const CtaRecord r = compact_record<QPB, BK>(v, s, j / per - c, j % per, plain);
+    records[j] = r;
+    if (!a.lens_per_row) {
+      for (int32_t row = r.row_id; row < r.row_id + r.row_count; ++row) ends[row] = compact_row_end(v, row, plain);
+    }
+  }
+  if (tid == 0) {
+    auto* ranges = reinterpret_cast<CtaRange*>(a.compact_out + compact_ranges_at(a.num_records));
+    ranges[c] = none ? CtaRange{} : CtaRange{int32_t(begin), int32_t(end), compact_record<QPB, BK>(v, s, s.seq0, 0, plain)};
+  }
+}
+
 // The records a CTA walks (docs/schedule.md): cta_info[j] for j in [max(begin, 0), min(end, num_records)),
 // record begin taken from the range's copy (no round trip of its own), the others as load(j)
 // returns them; f(record, span) for each with rows. One rule for every body, host and device. The
@@ -70,13 +216,13 @@ MXL_HD inline Window window_from(const Span& s, int64_t start, int64_t end) {
   return Window{from, to < from ? from : to};
 }
 // kFromStart: the row's cells go to columns t - start of out, so its window is cut at start + out_cols.
-template <bool kFromStart = false>
-MXL_HD inline Window window_of(const KernelArgs& a, const Span& s, int64_t row) {
-  const int64_t start = a.local_starts ? int64_t(a.local_starts[row]) : int64_t(0);
+template <bool kFromStart = false, class Ld = PlainLoad>
+MXL_HD inline Window window_of(const KernelArgs& a, const Span& s, int64_t row, Ld&& ld = Ld{}) {
+  const int64_t start = a.local_starts ? int64_t(ld(a.local_starts + row)) : int64_t(0);
   if constexpr (kFromStart) {
-    return window_from(s, start, lesser(a.local_ends[row], start + a.out_cols));
+    return window_from(s, start, lesser(ld(a.local_ends + row), start + a.out_cols));
   } else {
-    return window_from(s, start, a.local_ends[row]);
+    return window_from(s, start, ld(a.local_ends + row));
   }
 }
 
@@ -117,9 +263,11 @@ MXL_HD inline float* out_row(const KernelArgs& a, int64_t row) {
 }
 
 // Calls f(Form{}) with the kernel form the arguments ask for: the instance T, or its Bf16Out /
-// FromStartOut forms (the launch of an arch whose traits say it writes them).
+// FromStartOut forms (the launch of an arch whose traits say it writes them), each on a plan or, as
+// CompactSched, on a compact schedule (whose launch never writes from the window starts).
 template <class T, class F>
 inline auto with_out_form(const KernelArgs& a, F&& f) {
+  if (a.compact_meta) return a.out_bf16 ? f(CompactSched<Bf16Out<T>>{}) : f(CompactSched<T>{});
   if (a.out_from_start) return a.out_bf16 ? f(FromStartOut<Bf16Out<T>>{}) : f(FromStartOut<T>{});
   return a.out_bf16 ? f(Bf16Out<T>{}) : f(T{});
 }

@@ -20,6 +20,7 @@
 #pragma once
 
 #include "common/abi.h"
+#include "common/records.h"
 
 namespace mxlogits::sched {
 
@@ -183,37 +184,13 @@ MXL_HD inline CtaRange cta_range(const SchedArgs& a, int64_t c, const CtaRecord*
   return CtaRange{int32_t(begin), int32_t(tile_of_unit<QPB>(a, g1 - 1) + c + 1), records[begin]};
 }
 
-// ---- the compact schedule (DeepGEMM's metadata shape) ------------------------------------------
-//
-// The same end-to-end split, stated per sequence so that it fits DeepGEMM's [num_sms + 1, 2] int32
-// metadata and is built before the instance is known: sequence b of the step weighs setup_pages plus
-// the pages of its longest window (0 when every window is empty), its units laid end to end, and CTA
-// c starts at unit floor(c * total / num_ctas): meta[c] = (sequence, unit within it). The build (one
-// launch) scans the weights and writes those pairs. The op, which knows next_n and the instance, expands
-// them (one launch, a thread per record): CTA c takes, of each sequence it touches, the chunks whose
-// first page lies in its pages, for every tile of that sequence (ceil(next_n / q_per_block) tiles of
-// consecutive rows), as DeepGEMM's kernel takes all next_n rows of a sequence at once.
+// ---- the compact schedule's build (records.h states the schedule; the logits launch reads it) ------
 
-// Window end of `row`: seq_lens[row] (lens_per_row), else the causal rows of a decode step,
-// seq_lens[b] - next_n + 1 + j for row j of sequence b.
-MXL_HD inline int64_t compact_row_end(const CompactArgs& a, int64_t row) {
-  if (a.lens_per_row) return a.seq_lens[row];
-  return int64_t(a.seq_lens[row / a.next_n]) - a.next_n + 1 + row % a.next_n;
-}
-
-// Pages of sequence b's longest window (no order of its rows' windows is assumed).
-MXL_HD inline int64_t compact_seq_pages(const CompactArgs& a, int64_t b) {
-  int64_t e = 0;
-  if (a.lens_per_row) {
-    for (int64_t r = b * a.next_n; r < (b + 1) * a.next_n; ++r) e = a.seq_lens[r] > e ? a.seq_lens[r] : e;
-  } else {
-    e = a.seq_lens[b];  // its last row's window is the longest
-  }
-  return (e + kPageSize - 1) / kPageSize;
+MXL_HD inline records::CompactView compact_view(const CompactArgs& a) {
+  return records::CompactView{a.seq_lens, a.meta, a.batch, a.next_n, a.setup_pages, !a.lens_per_row};
 }
 MXL_HD inline int64_t compact_weight(const CompactArgs& a, int64_t b) {
-  const int64_t pages = compact_seq_pages(a, b);
-  return pages > 0 ? pages + a.setup_pages : 0;
+  return records::compact_weight(compact_view(a), int32_t(b), records::PlainLoad{});
 }
 
 // Row c < num_ctas of meta, once the prefix of the sequence weights is in `prefix` ([batch + 1]):
@@ -236,84 +213,6 @@ MXL_HD inline void compact_start_row(const CompactArgs& a, int64_t c, const int6
 MXL_HD inline void compact_end_row(const CompactArgs& a, int64_t c, bool work) {
   a.meta[2 * c] = work ? a.batch : 0;
   a.meta[2 * c + 1] = 0;
-}
-
-// CTA c's sequences [seq0, seq_end()), from unit unit0 of seq0 to unit unit1 of seq1.
-struct CompactSpan {
-  int64_t seq0, unit0, seq1, unit1;
-  MXL_HD bool empty() const { return seq0 == seq1 && unit0 == unit1; }
-  MXL_HD int64_t seq_end() const { return unit1 > 0 ? seq1 + 1 : seq1; }
-};
-MXL_HD inline CompactSpan compact_span(const CompactArgs& a, int64_t c) {
-  return CompactSpan{a.meta[2 * c], a.meta[2 * c + 1], a.meta[2 * c + 2], a.meta[2 * c + 3]};
-}
-
-template <int QPB>
-MXL_HD inline int64_t compact_tiles_per_seq(const CompactArgs& a) { return (a.next_n + QPB - 1) / QPB; }
-// Records of the expansion: (batch + num_ctas) sequence slots of tiles_per_seq records; CTA c's piece
-// of sequence b is slot b + c, unique for the reason record t + c is (sched.h's split, above).
-template <int QPB>
-MXL_HD inline int64_t compact_records(int64_t batch, int64_t next_n, int64_t num_ctas) {
-  return (batch + num_ctas) * ((next_n + QPB - 1) / QPB);
-}
-
-// CTA c's piece of tile k of sequence b.
-template <int QPB, int BK>
-MXL_HD inline CtaRecord compact_record(const CompactArgs& a, const CompactSpan& s, int64_t b, int64_t k) {
-  const CtaRecord none{0, 0, 0, 0, 0, 0, 0};
-  if (s.empty() || b < s.seq0 || b >= s.seq_end() || b < 0 || b >= a.batch) return none;
-  const int64_t w = compact_weight(a, b);
-  const int64_t from = b == s.seq0 ? s.unit0 : 0, to = b == s.seq1 ? s.unit1 : w;
-  // pages [p0, p1) of the sequence; the chunks whose first page lies there
-  const int64_t p0 = (from > a.setup_pages ? from : a.setup_pages) - a.setup_pages, p1 = to - a.setup_pages;
-  if (p1 <= p0) return none;
-  constexpr int64_t kPages = BK / kPageSize;
-  const int64_t k0 = (p0 + kPages - 1) / kPages, k1 = (p1 + kPages - 1) / kPages;
-  const int64_t r0 = b * a.next_n + k * QPB;
-  const int64_t rows = a.next_n - k * QPB < QPB ? a.next_n - k * QPB : QPB;
-  int64_t e = 0;  // the tile's union window [0, e)
-  for (int64_t r = r0; r < r0 + rows; ++r) {
-    const int64_t re = compact_row_end(a, r);
-    e = re > e ? re : e;
-  }
-  const int64_t chunks = (e + BK - 1) / BK;
-  const int64_t last = k1 < chunks ? k1 : chunks;
-  if (last <= k0) return none;
-  return CtaRecord{int32_t(r0), int32_t(rows), int32_t(b), int32_t(k0), int32_t(last - k0), 0, int32_t(e)};
-}
-
-// Record j of the expansion: slot q = j / tiles_per_seq of CTA c, the last c with meta[c].seq + c <= q.
-template <int QPB, int BK>
-MXL_HD inline void compact_expand_record(const CompactArgs& a, int64_t j) {
-  CtaRecord* records = reinterpret_cast<CtaRecord*>(a.cta_info);
-  const int64_t per = compact_tiles_per_seq<QPB>(a), q = j / per;
-  if (a.meta[0] > q) {
-    records[j] = CtaRecord{0, 0, 0, 0, 0, 0, 0};
-    return;
-  }
-  int64_t lo = 0, hi = a.num_ctas;
-  while (hi - lo > 1) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    if (a.meta[2 * mid] + mid <= q) lo = mid; else hi = mid;
-  }
-  records[j] = compact_record<QPB, BK>(a, compact_span(a, lo), q - lo, j % per);
-}
-
-template <int QPB, int BK>
-MXL_HD inline void compact_expand_range(const CompactArgs& a, int64_t c) {
-  const CompactSpan s = compact_span(a, c);
-  CtaRange* ranges = reinterpret_cast<CtaRange*>(a.cta_ranges);
-  const int64_t per = compact_tiles_per_seq<QPB>(a);
-  if (s.empty() || s.seq0 < 0 || s.seq_end() > a.batch || s.seq_end() <= s.seq0) {
-    ranges[c] = CtaRange{};  // nothing, or a meta this build could not have written
-    return;
-  }
-  ranges[c] = CtaRange{int32_t((s.seq0 + c) * per), int32_t((s.seq_end() + c) * per),
-                       compact_record<QPB, BK>(a, s, s.seq0, 0)};
-}
-
-MXL_HD inline void compact_expand_end(const CompactArgs& a, int64_t row) {
-  a.local_ends[row] = int32_t(compact_row_end(a, row));
 }
 
 // ---- host driver ----------------------------------------------------------------------------
@@ -343,13 +242,6 @@ inline void build_compact_host(const CompactArgs& a) {
   for (int64_t c = 0; c < a.meta_rows; ++c) {
     if (c < a.num_ctas) compact_start_row(a, c, prefix); else compact_end_row(a, c, prefix[a.batch] > 0);
   }
-}
-
-template <int QPB, int BK>
-inline void expand_compact_host(const CompactArgs& a) {
-  for (int64_t j = 0; j < a.num_records; ++j) compact_expand_record<QPB, BK>(a, j);
-  for (int64_t c = 0; c < a.num_ctas; ++c) compact_expand_range<QPB, BK>(a, c);
-  for (int64_t r = 0; r < int64_t(a.batch) * a.next_n; ++r) compact_expand_end(a, r);
 }
 
 }  // namespace mxlogits::sched

@@ -11,13 +11,6 @@
 namespace mxlogits::sched {
 
 inline constexpr int kSchedThreads = 512;
-inline constexpr int kExpandThreads = 256;
-// Blocks of the compact schedule's expansion: a thread for each record, range and row.
-MXL_HD inline int64_t expand_blocks(const CompactArgs& a) {
-  const int64_t rows = int64_t(a.batch) * a.next_n;
-  const int64_t n = a.num_records > rows ? a.num_records : rows;
-  return (n + kExpandThreads - 1) / kExpandThreads;
-}
 // Scratch entries the builder stages in shared memory: every record's binary searches over the tile
 // tables then read on-chip instead of chasing global memory, which is most of the plan's time. At
 // most 200 KiB, and at most what a CTA of the arch may allocate (`shared_bytes`, its budget in
@@ -106,31 +99,6 @@ __device__ inline void build_compact_block(const CompactArgs& a, int64_t* staged
 MXL_HD inline int64_t staged_prefix_bytes(const CompactArgs& a) {
   const int64_t bytes = (int64_t(a.batch) + 1) * int64_t(sizeof(int64_t));
   return bytes <= 32 * 1024 ? bytes : 0;
-}
-
-// Bytes of the schedule rows [0, num_ctas] the expansion stages in shared memory (0: too many to stage,
-// read from global memory): each record's binary search then reads on-chip instead of chasing a cold
-// tensor round trip by round trip, which was most of the expansion's time.
-MXL_HD inline int64_t staged_meta_bytes(const CompactArgs& a) {
-  const int64_t bytes = (int64_t(a.num_ctas) + 1) * 2 * int64_t(sizeof(int32_t));
-  return bytes <= 48 * 1024 ? bytes : 0;
-}
-
-// The compact schedule's expansion, one thread per record (and per range and per row, on the same
-// index), the block's copy of the schedule rows at `staged` (null: not staged).
-template <int QPB, int BK>
-__device__ inline void expand_compact_block(const CompactArgs& global, int32_t* staged) {
-  CompactArgs a = global;
-  if (staged) {
-    const int64_t ints = staged_meta_bytes(a) / int64_t(sizeof(int32_t));
-    for (int64_t i = threadIdx.x; i < ints; i += kExpandThreads) staged[i] = global.meta[i];
-    __syncthreads();
-    a.meta = staged;
-  }
-  const int64_t i = int64_t(blockIdx.x) * kExpandThreads + threadIdx.x;
-  if (i < a.num_records) compact_expand_record<QPB, BK>(a, i);
-  if (i < a.num_ctas) compact_expand_range<QPB, BK>(a, i);
-  if (i < int64_t(a.batch) * a.next_n) compact_expand_end(a, i);
 }
 
 }  // namespace mxlogits::sched

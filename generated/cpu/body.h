@@ -170,18 +170,17 @@ LaunchStatus launch_compact_build(const LaunchContext&, const CompactArgs& args)
   return {0, nullptr};
 }
 
-template <class T>
-LaunchStatus launch_compact_expand(const LaunchContext&, const CompactArgs& args) {
-  sched::expand_compact_host<T::Q_PER_BLOCK, T::BLOCK_K>(args);
-  return {0, nullptr};
-}
-
 namespace body {
 
 template <class T>
 void run_ctas(const KernelArgs& a) {
   static_assert(sizeof(body::Scratch<T>) <= T::SCRATCH_BUDGET,
                 "instance exceeds the cpu budget scratch_bytes in instances.yaml");
+  // A compact schedule's CTAs write their ranges and records first, one after another (CTAs sharing a
+  // tile write the same ends of its rows).
+  if constexpr (T::COMPACT) {
+    for (int64_t c = 0; c < a.num_ctas; ++c) records::expand_cta<T::Q_PER_BLOCK, T::BLOCK_K>(a, c, 0, 1);
+  }
   const auto* ranges = reinterpret_cast<const CtaRange*>(a.cta_ranges);
   const auto* cta_records = reinterpret_cast<const CtaRecord*>(a.cta_info);
   at::parallel_for(0, a.num_ctas, 1, [&](int64_t c0, int64_t c1) {

@@ -16,8 +16,6 @@ LaunchStatus launch_quantize(const LaunchContext& ctx, const QuantArgs& args);
 template <class T>
 LaunchStatus launch_compact_build(const LaunchContext& ctx, const CompactArgs& args);
 template <class T>
-LaunchStatus launch_compact_expand(const LaunchContext& ctx, const CompactArgs& args);
-template <class T>
 LaunchStatus launch_logits(const LaunchContext& ctx, const KernelArgs& args);
 
 // The tunables cpu declares, as instance qlen1_kv64 sets them.
@@ -27,7 +25,6 @@ using Traits_qlen1_kv64 = Traits<InstanceTraits<1, 64, 128, 512>, Tunables_qlen1
 extern template LaunchStatus launch_schedule<Traits_qlen1_kv64>(const LaunchContext&, const SchedArgs&);
 extern template LaunchStatus launch_quantize<Traits_qlen1_kv64>(const LaunchContext&, const QuantArgs&);
 extern template LaunchStatus launch_compact_build<Traits_qlen1_kv64>(const LaunchContext&, const CompactArgs&);
-extern template LaunchStatus launch_compact_expand<Traits_qlen1_kv64>(const LaunchContext&, const CompactArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen1_kv64>(const LaunchContext&, const KernelArgs&);
 // The tunables cpu declares, as instance qlen1_kv256 sets them.
 struct Tunables_qlen1_kv256 {
@@ -36,7 +33,6 @@ using Traits_qlen1_kv256 = Traits<InstanceTraits<1, 256, 128, 512>, Tunables_qle
 extern template LaunchStatus launch_schedule<Traits_qlen1_kv256>(const LaunchContext&, const SchedArgs&);
 extern template LaunchStatus launch_quantize<Traits_qlen1_kv256>(const LaunchContext&, const QuantArgs&);
 extern template LaunchStatus launch_compact_build<Traits_qlen1_kv256>(const LaunchContext&, const CompactArgs&);
-extern template LaunchStatus launch_compact_expand<Traits_qlen1_kv256>(const LaunchContext&, const CompactArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen1_kv256>(const LaunchContext&, const KernelArgs&);
 // The tunables cpu declares, as instance qlen4_kv64 sets them.
 struct Tunables_qlen4_kv64 {
@@ -45,7 +41,6 @@ using Traits_qlen4_kv64 = Traits<InstanceTraits<4, 64, 128, 448>, Tunables_qlen4
 extern template LaunchStatus launch_schedule<Traits_qlen4_kv64>(const LaunchContext&, const SchedArgs&);
 extern template LaunchStatus launch_quantize<Traits_qlen4_kv64>(const LaunchContext&, const QuantArgs&);
 extern template LaunchStatus launch_compact_build<Traits_qlen4_kv64>(const LaunchContext&, const CompactArgs&);
-extern template LaunchStatus launch_compact_expand<Traits_qlen4_kv64>(const LaunchContext&, const CompactArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen4_kv64>(const LaunchContext&, const KernelArgs&);
 // The tunables cpu declares, as instance qlen4_kv256 sets them.
 struct Tunables_qlen4_kv256 {
@@ -54,7 +49,6 @@ using Traits_qlen4_kv256 = Traits<InstanceTraits<4, 256, 128, 1024>, Tunables_ql
 extern template LaunchStatus launch_schedule<Traits_qlen4_kv256>(const LaunchContext&, const SchedArgs&);
 extern template LaunchStatus launch_quantize<Traits_qlen4_kv256>(const LaunchContext&, const QuantArgs&);
 extern template LaunchStatus launch_compact_build<Traits_qlen4_kv256>(const LaunchContext&, const CompactArgs&);
-extern template LaunchStatus launch_compact_expand<Traits_qlen4_kv256>(const LaunchContext&, const CompactArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen4_kv256>(const LaunchContext&, const KernelArgs&);
 
 }  // namespace mxlogits::cpu

@@ -8,7 +8,6 @@ namespace mxlogits::cpu {
 template LaunchStatus launch_schedule<Traits_qlen1_kv64>(const LaunchContext&, const SchedArgs&);
 template LaunchStatus launch_quantize<Traits_qlen1_kv64>(const LaunchContext&, const QuantArgs&);
 template LaunchStatus launch_compact_build<Traits_qlen1_kv64>(const LaunchContext&, const CompactArgs&);
-template LaunchStatus launch_compact_expand<Traits_qlen1_kv64>(const LaunchContext&, const CompactArgs&);
 template LaunchStatus launch_logits<Traits_qlen1_kv64>(const LaunchContext&, const KernelArgs&);
 
 }  // namespace mxlogits::cpu

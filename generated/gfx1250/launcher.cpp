@@ -220,6 +220,9 @@ struct LogitsInputs {
   int64_t num_rows;
   int64_t max_seq_len;
   bool out_from_start = false;  // row r's cell t at column t - local_starts[r] (FromStartOut)
+  // A compact schedule (compact_args checked it, and local_ends, its context lengths); cta_info is then
+  // the launch's workspace (records::compact_workspace), cta_ranges undefined.
+  const CompactArgs* compact = nullptr;
 };
 
 // Everything the host can see, before any launch (docs/contract.md).
@@ -274,9 +277,11 @@ void check_shapes(const LogitsInputs& in) {
   c.aligned(in.q_scale, "q_scale", T::Q_SCALE_ALIGN, false);
   c.range(bt.stride(0), "block_tables.stride(0)", 0, kInt32Max, "elements");
 
-  c.vector(in.local_ends, "local_ends", in.num_rows, "one per row of the plan");
-  if (in.local_starts) c.vector(*in.local_starts, "local_starts", in.num_rows, "one per row of the plan");
-  c.schedule(in.cta_info, in.cta_ranges, std::nullopt);
+  if (!in.compact) {
+    c.vector(in.local_ends, "local_ends", in.num_rows, "one per row of the plan");
+    if (in.local_starts) c.vector(*in.local_starts, "local_starts", in.num_rows, "one per row of the plan");
+    c.schedule(in.cta_info, in.cta_ranges, std::nullopt);
+  }
   if (!in.out) return;
 
   const at::Tensor& out = *in.out;
@@ -292,8 +297,11 @@ void check_shapes(const LogitsInputs& in) {
   const std::pair<const at::Tensor*, const char*> inputs[] = {
       {&in.q, "q"},           {&in.q_scale, "q_scale"},     {&in.kv_cache, "kv_cache"},
       {&in.kv_scale, "kv_scale"}, {&in.block_tables, "block_tables"}, {&in.weights, "weights"},
-      {&in.cta_info, "cta_info"}, {&in.cta_ranges, "cta_ranges"}, {&in.local_ends, "local_ends"}};
-  for (const auto& [t, name] : inputs) c.disjoint(out, "out", *t, name);
+      {&in.cta_info, "cta_info"}, {&in.cta_ranges, "cta_ranges"},
+      {&in.local_ends, in.compact ? "context_lens" : "local_ends"}};
+  for (const auto& [t, name] : inputs) {
+    if (t->defined()) c.disjoint(out, "out", *t, name);
+  }
   if (in.local_starts) c.disjoint(out, "out", *in.local_starts, "local_starts");
 }
 
@@ -322,13 +330,27 @@ void launch_checked_logits(const LogitsInputs& in, double weight_scale) {
   a.local_starts = in.local_starts ? in.local_starts->const_data_ptr<int32_t>() : nullptr;
   a.local_ends = in.local_ends.const_data_ptr<int32_t>();
   a.cta_info = in.cta_info.const_data_ptr<int32_t>();
-  a.cta_ranges = in.cta_ranges.const_data_ptr<int32_t>();
+  if (in.compact) {  // each CTA writes its range, records and rows' ends into the workspace (records::expand_cta)
+    const CompactArgs& k = *in.compact;
+    a.compact_meta = k.meta;
+    a.compact_lens = k.seq_lens;
+    a.compact_out = in.cta_info.data_ptr<int32_t>();
+    a.next_n = k.next_n;
+    a.lens_per_row = k.lens_per_row;
+    a.setup_pages = k.setup_pages;
+    a.num_ctas = k.num_ctas;
+    a.num_records = int32_t(records::compact_records<T::Q_PER_BLOCK>(k.batch, k.next_n, k.num_ctas));
+    a.cta_ranges = a.compact_out + records::compact_ranges_at(a.num_records);
+    if (!k.lens_per_row) a.local_ends = a.compact_out + records::compact_ends_at(a.num_records, a.num_ctas);
+  } else {
+    a.cta_ranges = in.cta_ranges.const_data_ptr<int32_t>();
+    a.num_records = int32_t(in.cta_info.size(0));
+    a.num_ctas = int32_t(in.cta_ranges.size(0));
+  }
   a.kv_page_stride = in.kv_cache.stride(0) * in.kv_cache.element_size();
   a.kv_scale_page_stride = in.kv_scale.stride(0) * in.kv_scale.element_size();
   a.out_row_stride = in.out->stride(0);
   a.num_rows = int32_t(in.num_rows);
-  a.num_records = int32_t(in.cta_info.size(0));
-  a.num_ctas = int32_t(in.cta_ranges.size(0));
   a.num_pages = int32_t(in.kv_cache.size(0));
   a.num_seqs = int32_t(in.block_tables.size(0));
   a.block_table_stride = int32_t(in.block_tables.stride(0));
@@ -492,7 +514,7 @@ void run_quantize_cache(const at::Tensor& x, const at::Tensor& slots, const at::
 
 // The compact schedule's arguments (docs/schedule.md): context_lens int32 [batch] or [batch, next_n]
 // (one end per row), schedule_meta int32 [num_ctas + 1 >= 2, 2]; the split's num_ctas of the build
-// (at most the meta's rows - 1), the meta's rows - 1 for the expansion, whose extra rows start nothing.
+// (at most the meta's rows - 1), the meta's rows - 1 for the logits launch, whose extra rows start nothing.
 template <class T>
 CompactArgs compact_args(const Checker& c, const at::Tensor& seq_lens, const at::Tensor& meta, int64_t next_n,
                          int64_t setup_pages) {
@@ -510,7 +532,7 @@ CompactArgs compact_args(const Checker& c, const at::Tensor& seq_lens, const at:
   c.range(batch * next_n, "context_lens.shape[0] * next_n", 0, kInt32Max, "rows");
   c.range(meta.size(0) - 1, "schedule_meta.shape[0] - 1", 1, kInt32Max, "CTAs");
   c.range(setup_pages, "setup_pages", 0, kInt32Max, "pages");
-  const int64_t records = sched::compact_records<T::Q_PER_BLOCK>(batch, next_n, meta.size(0) - 1);
+  const int64_t records = records::compact_records<T::Q_PER_BLOCK>(batch, next_n, meta.size(0) - 1);
   c.range(records, "(batch + num_ctas) * ceil(next_n / q_per_block)", 0, kInt32Max, "records");
   CompactArgs a{};
   a.seq_lens = seq_lens.const_data_ptr<int32_t>();
@@ -519,7 +541,6 @@ CompactArgs compact_args(const Checker& c, const at::Tensor& seq_lens, const at:
   a.lens_per_row = per_row;
   a.num_ctas = int32_t(meta.size(0) - 1);
   a.meta_rows = int32_t(meta.size(0));
-  a.num_records = int32_t(records);
   a.setup_pages = int32_t(setup_pages);
   return a;
 }
@@ -539,38 +560,28 @@ void run_compact_build(const at::Tensor& seq_lens, const at::Tensor& meta, int64
   check_launch(launch_compact_build<T>(launch_context(seq_lens.device()), a), "build_compact_schedule");
 }
 
-// The logits of a compact schedule: its expansion into records, ranges and window ends (workspace of
-// this call), then the logits launch on them, with every check of pa_mqa_logits_mxfp4 made before
-// either launch; `launch` false: the checks alone (out may be absent).
+// The logits of a compact schedule: one launch, whose CTAs read their records off the schedule
+// (records::cta_range), with every check of pa_mqa_logits_mxfp4 made before it; `launch` false: the
+// checks alone (out may be absent).
 template <class T>
 void run_compact_logits(const LogitsInputs& given, const at::Tensor& seq_lens, const at::Tensor& meta,
                         int64_t next_n, int64_t setup_pages, double weight_scale, bool launch) {
   const Checker c("pa_mqa_logits_compact", given.q.device());
   CompactArgs a = compact_args<T>(c, seq_lens, meta, next_n, setup_pages);  // on q's device
-  const int64_t rows = int64_t(a.batch) * a.next_n, records = a.num_records;
-  const auto ints = seq_lens.options();
-  const at::Tensor cta_info = at::empty({records, kRecordInts}, ints);
-  const at::Tensor cta_ranges = at::empty({int64_t(a.num_ctas), kRangeInts}, ints);
-  const at::Tensor local_ends = at::empty({rows}, ints);
+  a.meta = const_cast<int32_t*>(meta.const_data_ptr<int32_t>());  // read only
+  const int64_t rows = int64_t(a.batch) * a.next_n;
+  const int64_t words = records::compact_workspace(records::compact_records<T::Q_PER_BLOCK>(a.batch, a.next_n, a.num_ctas),
+                                                   a.num_ctas, rows, a.lens_per_row);
+  const at::Tensor workspace = at::empty({words}, seq_lens.options());  // written by the launch itself
+  const at::Tensor no_ranges;
   const std::optional<at::Tensor> no_starts;  // every window starts at 0
-  const LogitsInputs in{given.q,      given.q_scale, given.kv_cache, given.kv_scale, given.block_tables,
-                        given.weights, cta_info,     cta_ranges,     local_ends,     no_starts,
-                        given.out,     rows,         given.max_seq_len};
+  LogitsInputs in{given.q,       given.q_scale, given.kv_cache, given.kv_scale, given.block_tables,
+                  given.weights, workspace,     no_ranges,      seq_lens,       no_starts,
+                  given.out,     rows,          given.max_seq_len};
+  in.compact = &a;
   check_shapes<T>(in);
-  if (given.out) {
-    c.disjoint(*given.out, "out", seq_lens, "context_lens");
-    c.disjoint(*given.out, "out", meta, "schedule_meta");
-  }
-  if (!launch) return;
-  a.meta = const_cast<int32_t*>(meta.const_data_ptr<int32_t>());  // read only by the expansion
-  a.cta_info = cta_info.data_ptr<int32_t>();
-  a.cta_ranges = cta_ranges.data_ptr<int32_t>();
-  a.local_ends = local_ends.data_ptr<int32_t>();
-  {
-    const c10::DeviceGuard guard(seq_lens.device());
-    check_launch(launch_compact_expand<T>(launch_context(seq_lens.device()), a), "pa_mqa_logits_compact (expansion)");
-  }
-  launch_checked_logits<T>(in, weight_scale);  // checked above
+  if (given.out) c.disjoint(*given.out, "out", meta, "schedule_meta");  // context_lens: check_shapes
+  if (launch) launch_checked_logits<T>(in, weight_scale);  // checked above
 }
 
 // Calls f(Traits{}) for the instance compiled for (q_per_block, block_k); anything else raises.

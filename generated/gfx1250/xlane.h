@@ -32,6 +32,10 @@ __device__ inline T uniform_load(const T* p) {
   __builtin_memcpy(&v, words, sizeof v);
   return v;
 }
+// After a barrier behind the CTA's vector stores of what uniform_load reads next (a compact
+// schedule's records): the scalar cache does not see vector stores, so its lines are dropped and the
+// scalar loads that follow read the stores from L2.
+__device__ inline void scalar_cache_invalidate() { __builtin_amdgcn_s_dcache_inv(); }
 
 #elif defined(MXLOGITS_EMULATE_GFX1250)
 // Host definitions: the same operations executed by the emulation over the whole wave.
@@ -66,6 +70,7 @@ template <class T>
 inline T uniform_load(const T* p) {
   return emu::amdgcn::scalar_load(p);
 }
+inline void scalar_cache_invalidate() {}  // the emulation's scalar loads read memory as it is
 
 #endif
 

@@ -75,30 +75,11 @@ __global__ void __launch_bounds__(sched::kSchedThreads) compact_build_kernel(con
 #endif
 }
 
-// At least one block per multiprocessor, said outright: with the thread bound alone ptxas squeezes
-// qlen1's expansion into 40 registers and spills 8 bytes.
-template <int QPB, int BK>
-__global__ void __launch_bounds__(sched::kExpandThreads, 1) compact_expand_kernel(const CompactArgs a) {
-#if (defined(__HIP_DEVICE_COMPILE__) && defined(__gfx950__)) || defined(MXLOGITS_EMULATE_GFX950)
-  MXL_DYNAMIC_SHARED(int32_t, staged_meta);  // its own name: extern shared arrays of one name share a type
-  sched::expand_compact_block<QPB, BK>(a, sched::staged_meta_bytes(a) > 0 ? staged_meta : nullptr);
-#endif
-}
-
 template <class T>
 LaunchStatus launch_compact_build(const LaunchContext& ctx, const CompactArgs& args) {
   const auto kernel = compact_build_kernel<T::Q_PER_BLOCK, T::BLOCK_K>;
   const int bytes = int(sched::staged_prefix_bytes(args));
   hipLaunchKernelGGL(kernel, dim3(1), dim3(sched::kSchedThreads), bytes, static_cast<hipStream_t>(ctx.stream), args);
-  return last_launch_status();
-}
-
-template <class T>
-LaunchStatus launch_compact_expand(const LaunchContext& ctx, const CompactArgs& args) {
-  const auto kernel = compact_expand_kernel<T::Q_PER_BLOCK, T::BLOCK_K>;
-  const int blocks = int(sched::expand_blocks(args));
-  const int bytes = int(sched::staged_meta_bytes(args));
-  hipLaunchKernelGGL(kernel, dim3(blocks), dim3(sched::kExpandThreads), bytes, static_cast<hipStream_t>(ctx.stream), args);
   return last_launch_status();
 }
 
@@ -294,6 +275,11 @@ __device__ void run_records(const KernelArgs& a, int wave, int lane) {
 
 template <class T>
 __device__ void run(const KernelArgs& a) {
+  if constexpr (T::COMPACT) {  // a compact schedule: the CTA writes its range and records first (this body's one barrier)
+    records::expand_cta<T::Q_PER_BLOCK, T::BLOCK_K>(a, blockIdx.x, threadIdx.x, T::THREADS);
+    __syncthreads();
+    memory::scalar_cache_invalidate();  // the walk reads them through the scalar cache
+  }
   const int lane = xlane::lane();
   const int wave = xlane::uniform(int(threadIdx.x) / T::WAVE);
   if (a.weights_bf16) {
@@ -317,7 +303,11 @@ template <class T>
 LaunchStatus launch_logits(const LaunchContext& ctx, const KernelArgs& a) {
   if (a.out_bf16) return kFp32OutOnly;
   if (a.out_from_start) return kTokenColumnsOnly;
-  hipLaunchKernelGGL(logits_kernel<T>, dim3(a.num_ctas), dim3(T::THREADS), 0, static_cast<hipStream_t>(ctx.stream), a);
+  if (a.compact_meta) {
+    hipLaunchKernelGGL(logits_kernel<CompactSched<T>>, dim3(a.num_ctas), dim3(T::THREADS), 0, static_cast<hipStream_t>(ctx.stream), a);
+  } else {
+    hipLaunchKernelGGL(logits_kernel<T>, dim3(a.num_ctas), dim3(T::THREADS), 0, static_cast<hipStream_t>(ctx.stream), a);
+  }
   return last_launch_status();
 }
 

@@ -16,8 +16,6 @@ LaunchStatus launch_quantize(const LaunchContext& ctx, const QuantArgs& args);
 template <class T>
 LaunchStatus launch_compact_build(const LaunchContext& ctx, const CompactArgs& args);
 template <class T>
-LaunchStatus launch_compact_expand(const LaunchContext& ctx, const CompactArgs& args);
-template <class T>
 LaunchStatus launch_logits(const LaunchContext& ctx, const KernelArgs& args);
 // CTAs of the logits kernel that one multiprocessor of the current device holds at once.
 template <class T>
@@ -32,7 +30,6 @@ using Traits_qlen1_kv64 = Traits<InstanceTraits<1, 64, 1024, 512>, Tunables_qlen
 extern template LaunchStatus launch_schedule<Traits_qlen1_kv64>(const LaunchContext&, const SchedArgs&);
 extern template LaunchStatus launch_quantize<Traits_qlen1_kv64>(const LaunchContext&, const QuantArgs&);
 extern template LaunchStatus launch_compact_build<Traits_qlen1_kv64>(const LaunchContext&, const CompactArgs&);
-extern template LaunchStatus launch_compact_expand<Traits_qlen1_kv64>(const LaunchContext&, const CompactArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen1_kv64>(const LaunchContext&, const KernelArgs&);
 extern template LaunchStatus logits_ctas_per_sm<Traits_qlen1_kv64>(int*);
 // The tunables gfx950 declares, as instance qlen1_kv256 sets them.
@@ -44,7 +41,6 @@ using Traits_qlen1_kv256 = Traits<InstanceTraits<1, 256, 1024, 512>, Tunables_ql
 extern template LaunchStatus launch_schedule<Traits_qlen1_kv256>(const LaunchContext&, const SchedArgs&);
 extern template LaunchStatus launch_quantize<Traits_qlen1_kv256>(const LaunchContext&, const QuantArgs&);
 extern template LaunchStatus launch_compact_build<Traits_qlen1_kv256>(const LaunchContext&, const CompactArgs&);
-extern template LaunchStatus launch_compact_expand<Traits_qlen1_kv256>(const LaunchContext&, const CompactArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen1_kv256>(const LaunchContext&, const KernelArgs&);
 extern template LaunchStatus logits_ctas_per_sm<Traits_qlen1_kv256>(int*);
 

@@ -79,6 +79,10 @@ __device__ inline T uniform_load(const T* p) {
   __builtin_memcpy(&v, words, sizeof v);
   return v;
 }
+// After a barrier behind the CTA's vector stores of what uniform_load reads next (a compact
+// schedule's records): the scalar cache does not see vector stores, so its lines are dropped and the
+// scalar loads that follow read the stores from L2.
+__device__ inline void scalar_cache_invalidate() { __builtin_amdgcn_s_dcache_inv(); }
 
 #elif defined(MXLOGITS_EMULATE_GFX950)
 // Host definitions: buffer resources as the emulation keeps them, with the hardware's range check
@@ -127,6 +131,7 @@ template <class T>
 inline T uniform_load(const T* p) {
   return emu::amdgcn::scalar_load(p);
 }
+inline void scalar_cache_invalidate() {}  // the emulation's scalar loads read memory as it is
 
 #endif
 

@@ -74,6 +74,10 @@ __device__ void consume(const KernelArgs& a, Shared<T>& sh, const CtaRange& rang
 template <class T>
 __global__ void __maxnreg__(T::MAX_REGISTERS) logits_kernel(const __grid_constant__ KernelArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if constexpr (T::COMPACT) {  // a compact schedule: the CTA writes its range and records first
+    records::expand_cta<T::Q_PER_BLOCK, T::BLOCK_K>(a, blockIdx.x, threadIdx.x, T::THREADS);
+    __syncthreads();
+  }
   extern __shared__ __align__(128) uint8_t shared_bytes[];
   Shared<T>& sh = *reinterpret_cast<Shared<T>*>(shared_bytes);
   // The range and the first record, in flight during the setup.
@@ -163,30 +167,11 @@ __global__ void __launch_bounds__(sched::kSchedThreads) compact_build_kernel(con
 #endif
 }
 
-// At least one block per multiprocessor, said outright: with the thread bound alone ptxas squeezes
-// qlen1's expansion into 40 registers and spills 8 bytes.
-template <int QPB, int BK>
-__global__ void __launch_bounds__(sched::kExpandThreads, 1) compact_expand_kernel(const CompactArgs a) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  MXL_DYNAMIC_SHARED(int32_t, staged_meta);  // its own name: extern shared arrays of one name share a type
-  sched::expand_compact_block<QPB, BK>(a, sched::staged_meta_bytes(a) > 0 ? staged_meta : nullptr);
-#endif
-}
-
 template <class T>
 LaunchStatus launch_compact_build(const LaunchContext& ctx, const CompactArgs& args) {
   const auto kernel = compact_build_kernel<T::Q_PER_BLOCK, T::BLOCK_K>;
   const int bytes = int(sched::staged_prefix_bytes(args));
   kernel<<<1, sched::kSchedThreads, bytes, static_cast<cudaStream_t>(ctx.stream)>>>(args);
-  return last_launch_status();
-}
-
-template <class T>
-LaunchStatus launch_compact_expand(const LaunchContext& ctx, const CompactArgs& args) {
-  const auto kernel = compact_expand_kernel<T::Q_PER_BLOCK, T::BLOCK_K>;
-  const int blocks = int(sched::expand_blocks(args));
-  const int bytes = int(sched::staged_meta_bytes(args));
-  kernel<<<blocks, sched::kExpandThreads, bytes, static_cast<cudaStream_t>(ctx.stream)>>>(args);
   return last_launch_status();
 }
 

@@ -16,8 +16,6 @@ LaunchStatus launch_quantize(const LaunchContext& ctx, const QuantArgs& args);
 template <class T>
 LaunchStatus launch_compact_build(const LaunchContext& ctx, const CompactArgs& args);
 template <class T>
-LaunchStatus launch_compact_expand(const LaunchContext& ctx, const CompactArgs& args);
-template <class T>
 LaunchStatus launch_logits(const LaunchContext& ctx, const KernelArgs& args);
 // CTAs of the logits kernel that one multiprocessor of the current device holds at once.
 template <class T>
@@ -37,7 +35,6 @@ using Traits_qlen1_kv64 = Traits<InstanceTraits<1, 64, 132, 512>, Tunables_qlen1
 extern template LaunchStatus launch_schedule<Traits_qlen1_kv64>(const LaunchContext&, const SchedArgs&);
 extern template LaunchStatus launch_quantize<Traits_qlen1_kv64>(const LaunchContext&, const QuantArgs&);
 extern template LaunchStatus launch_compact_build<Traits_qlen1_kv64>(const LaunchContext&, const CompactArgs&);
-extern template LaunchStatus launch_compact_expand<Traits_qlen1_kv64>(const LaunchContext&, const CompactArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen1_kv64>(const LaunchContext&, const KernelArgs&);
 extern template LaunchStatus logits_ctas_per_sm<Traits_qlen1_kv64>(int*);
 // The tunables sm90 declares, as instance qlen2_kv64 sets them.
@@ -54,7 +51,6 @@ using Traits_qlen2_kv64 = Traits<InstanceTraits<2, 64, 132, 448>, Tunables_qlen2
 extern template LaunchStatus launch_schedule<Traits_qlen2_kv64>(const LaunchContext&, const SchedArgs&);
 extern template LaunchStatus launch_quantize<Traits_qlen2_kv64>(const LaunchContext&, const QuantArgs&);
 extern template LaunchStatus launch_compact_build<Traits_qlen2_kv64>(const LaunchContext&, const CompactArgs&);
-extern template LaunchStatus launch_compact_expand<Traits_qlen2_kv64>(const LaunchContext&, const CompactArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen2_kv64>(const LaunchContext&, const KernelArgs&);
 extern template LaunchStatus logits_ctas_per_sm<Traits_qlen2_kv64>(int*);
 // The tunables sm90 declares, as instance qlen4_kv64 sets them.
@@ -71,7 +67,6 @@ using Traits_qlen4_kv64 = Traits<InstanceTraits<4, 64, 132, 448>, Tunables_qlen4
 extern template LaunchStatus launch_schedule<Traits_qlen4_kv64>(const LaunchContext&, const SchedArgs&);
 extern template LaunchStatus launch_quantize<Traits_qlen4_kv64>(const LaunchContext&, const QuantArgs&);
 extern template LaunchStatus launch_compact_build<Traits_qlen4_kv64>(const LaunchContext&, const CompactArgs&);
-extern template LaunchStatus launch_compact_expand<Traits_qlen4_kv64>(const LaunchContext&, const CompactArgs&);
 extern template LaunchStatus launch_logits<Traits_qlen4_kv64>(const LaunchContext&, const KernelArgs&);
 extern template LaunchStatus logits_ctas_per_sm<Traits_qlen4_kv64>(int*);
 

@@ -145,7 +145,7 @@ def test_clean_stub_arch_reports_every_kernel(tmp_path, capsys):
     assert "schedule_kernel<1,64,7680l>" in out and "no spills, no stack frames" in out
     assert "qlen1_kv64" not in out  # the host arch has no ptxas pass
     kernels = [line for line in out.splitlines() if line.startswith("stubcuda")]
-    assert len(kernels) == 5 and all(re.fullmatch(r"[0-9a-f]{12}", line.split()[-1]) for line in kernels)
+    assert len(kernels) == 6 and all(re.fullmatch(r"[0-9a-f]{12}", line.split()[-1]) for line in kernels)
 
 
 KERNELS = """\
