@@ -43,18 +43,20 @@ def main() -> None:
               f"{100 * nbytes / t / bw:.1f} |")
         k = q.reshape(-1, D)  # as many keys as the queries hold values: a prefill's keys at the larger sizes
         pages = -(-k.shape[0] // 64) * 2
-        buffer, kv_cache, kv_scale = mx.fused_kv_cache(pages, device)
-        slots = torch.randperm(pages * 64, device=device, generator=g)[: k.shape[0]]
-        mx.quantize_into_cache(k, slots, kv_cache, kv_scale)
-        ref_buffer, ref_kv, ref_ks = mx.fused_kv_cache(pages, device)
-        mx.write_paged_kv(*mx.quantize_mxfp4(k), slots, ref_kv, ref_ks)
-        assert torch.equal(buffer, ref_buffer)
-        t = statistics.median(call_seconds([lambda: mx.quantize_into_cache(k, slots, kv_cache, kv_scale)], device,
-                                           args.repeats))  # fmt: skip
-        nbytes = k.numel() * (2 + 0.5 + 1 / 32) + k.shape[0] * 8
-        print(f"| key (quantize_into_cache) | {k.shape[0]} | {k.numel()} | {t * 1e6:.1f} | {nbytes / t / 1e9:.0f} | "
-              f"{100 * nbytes / t / bw:.1f} |")
-
+        # Random slots: each key's 4 scale bytes alone in their 32-byte sector (written as a partial sector);
+        # in order: a prefill filling its pages, the scales of neighbouring keys sharing sectors.
+        for order, slots in (("random slots", torch.randperm(pages * 64, device=device, generator=g)[: k.shape[0]]),
+                             ("slots in order", torch.arange(k.shape[0], device=device))):  # fmt: skip
+            buffer, kv_cache, kv_scale = mx.fused_kv_cache(pages, device)
+            mx.quantize_into_cache(k, slots, kv_cache, kv_scale)
+            ref_buffer, ref_kv, ref_ks = mx.fused_kv_cache(pages, device)
+            mx.write_paged_kv(*mx.quantize_mxfp4(k), slots, ref_kv, ref_ks)
+            assert torch.equal(buffer, ref_buffer)
+            t = statistics.median(call_seconds([lambda: mx.quantize_into_cache(k, slots, kv_cache, kv_scale)], device,
+                                               args.repeats))  # fmt: skip
+            nbytes = k.numel() * (2 + 0.5 + 1 / 32) + k.shape[0] * 8
+            print(f"| key (quantize_into_cache, {order}) | {k.shape[0]} | {k.numel()} | {t * 1e6:.1f} | "
+                  f"{nbytes / t / 1e9:.0f} | {100 * nbytes / t / bw:.1f} |")
 
 if __name__ == "__main__":
     main()
