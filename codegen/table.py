@@ -31,6 +31,9 @@ TARGETS = {
 }
 FAMILIES = tuple(TARGETS)
 SCALE_LAYOUTS = tuple(LAYOUTS)
+# What an arch's body may write beyond fp32 cells at column t (KernelArgs out_bf16, out_from_start):
+# its traits' WRITES_BF16 / WRITES_FROM_START, and the manifest's for the runtime and the tests.
+OUT_FORMS = ("bf16", "from_start")
 # The bound of an instance whose products and accumulation are exact in fp32 (docs/semantics.md).
 DEFAULT_ATOL = 1e-2
 DEFAULT_RTOL = 2e-5
@@ -148,6 +151,7 @@ class Arch:
     flags: tuple[str, ...]
     sanitize_flags: tuple[str, ...]  # added to flags by MXLOGITS_SANITIZE=1 (host arches)
     scale_layout: str
+    out_forms: tuple[str, ...]  # of OUT_FORMS
     budgets: tuple[Budget, ...]
     tunables: tuple[Tunable, ...]
     setup_tokens: SetupTokens  # what an instance row that names no setup_tokens gets
@@ -291,7 +295,8 @@ def _table(r: _Reader, node: yaml.Node) -> Table:
 def _arch(r: _Reader, node: yaml.Node, i: int, templates: Path) -> Arch:
     key = f"arches[{i}]"
     keys = ("name", "family", "target", "flags", "scale_layout", "setup_tokens")
-    m = r.mapping(node, key, keys + ("budgets", "sanitize_flags", "tunables", "isa", "ptxas", "emulation"), keys)
+    m = r.mapping(node, key, keys + ("out_forms", "budgets", "sanitize_flags", "tunables", "isa", "ptxas", "emulation"),
+                  keys)  # fmt: skip
     name = r.identifier(m["name"], f"{key}.name")
     for part in ("traits.h.j2", "body.h.j2"):
         if not (templates / "arch" / name / part).is_file():
@@ -325,6 +330,7 @@ def _arch(r: _Reader, node: yaml.Node, i: int, templates: Path) -> Arch:
         flags=flags,
         sanitize_flags=sanitize,
         scale_layout=r.string(m["scale_layout"], f"{key}.scale_layout", f"one of {list(SCALE_LAYOUTS)}", SCALE_LAYOUTS),
+        out_forms=_out_forms(r, m["out_forms"], f"{key}.out_forms") if "out_forms" in m else (),
         budgets=_budgets(r, m["budgets"], f"{key}.budgets", tunables) if "budgets" in m else (),
         tunables=tunables,
         setup_tokens=_setup_tokens(r, m["setup_tokens"], f"{key}.setup_tokens"),
@@ -334,6 +340,17 @@ def _arch(r: _Reader, node: yaml.Node, i: int, templates: Path) -> Arch:
         line=node.start_mark.line + 1,
         column=node.start_mark.column + 1,
     )
+
+
+def _out_forms(r: _Reader, node: yaml.Node, key: str) -> tuple[str, ...]:
+    """`out_forms: [bf16, from_start]`, each at most once."""
+    forms = []
+    for j, f in enumerate(r.sequence(node, key)):
+        form = r.string(f, f"{key}[{j}]", f"one of {list(OUT_FORMS)}", OUT_FORMS)
+        if form in forms:
+            raise r.error(f, f"{key}[{j}]", "each form once", f"{form!r} again")
+        forms.append(form)
+    return tuple(forms)
 
 
 def _isa(r: _Reader, node: yaml.Node, key: str) -> Isa:

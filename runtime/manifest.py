@@ -41,6 +41,7 @@ class ArchRecord:
     flags: tuple[str, ...]
     sanitize_flags: tuple[str, ...]  # added to flags by MXLOGITS_SANITIZE=1
     scale_layout: str
+    out_forms: tuple[str, ...]  # what the body writes beyond fp32 cells at column t: "bf16", "from_start"
     device_flags: tuple[str, ...]  # the device compiler's flags selecting the pass of `target`
     dispatch_key: str
     op_namespace: str
@@ -107,6 +108,7 @@ def manifest() -> Manifest:
             flags=tuple(a["flags"]),
             sanitize_flags=tuple(a["sanitize_flags"]),
             scale_layout=a["scale_layout"],
+            out_forms=tuple(a["out_forms"]),
             device_flags=tuple(a["device_flags"]),
             dispatch_key=a["dispatch_key"],
             op_namespace=a["op_namespace"],

@@ -13,7 +13,7 @@ struct Traits : Instance, Tunables {
   static constexpr int KV_ALIGN = 1;  // bytes: kv_cache/kv_scale pages may start anywhere
   static constexpr int Q_ALIGN = 1, Q_SCALE_ALIGN = 1;  // q and q_scale are read byte by byte
   static constexpr bool WRITES_BF16 = true;  // out may hold bf16 (Bf16Out)
-  static constexpr bool WRITES_FROM_START = true;  // out may be written from each window start (FromStartOut)
+  static constexpr bool WRITES_FROM_START = true;  // out from each window start (FromStartOut)
 };
 
 }  // namespace mxlogits::cpu

@@ -10,8 +10,8 @@ namespace mxlogits::gfx1250 {
 
 template <class Instance, class Tunables>
 struct Traits : Instance, Tunables {
-  static constexpr bool WRITES_BF16 = false;  // the body writes fp32 logits only: bf16 out is refused
-  static constexpr bool WRITES_FROM_START = false;  // cell t at column t only: out_from_start is refused
+  static constexpr bool WRITES_BF16 = false;  // out may hold bf16 (Bf16Out)
+  static constexpr bool WRITES_FROM_START = false;  // out from each window start (FromStartOut)
   static constexpr int WAVES = Instance::Q_PER_BLOCK;
   static constexpr int THREADS = 32 * WAVES;
   static constexpr int STAGES = 2;                    // one page read while the next arrives

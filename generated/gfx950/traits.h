@@ -10,8 +10,8 @@ namespace mxlogits::gfx950 {
 
 template <class Instance, class Tunables>
 struct Traits : Instance, Tunables {
-  static constexpr bool WRITES_BF16 = false;  // the body writes fp32 logits only: bf16 out is refused
-  static constexpr bool WRITES_FROM_START = false;  // cell t at column t only: out_from_start is refused
+  static constexpr bool WRITES_BF16 = false;  // out may hold bf16 (Bf16Out)
+  static constexpr bool WRITES_FROM_START = false;  // out from each window start (FromStartOut)
   static constexpr int WAVE = 64;
   static constexpr int WAVES = Instance::PAGES_PER_CHUNK;
   static constexpr int THREADS = WAVE * WAVES;

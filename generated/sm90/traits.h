@@ -19,7 +19,7 @@ struct Traits : Instance, Tunables {
   // 254 µs. Four extra warps fill the fifth warpgroup's registers, which are paid for anyway.
   static constexpr int COPIERS = 2, CHECKERS = 2;
   static constexpr bool WRITES_BF16 = true;  // out may hold bf16 (Bf16Out)
-  static constexpr bool WRITES_FROM_START = true;  // out may be written from each window start (FromStartOut)
+  static constexpr bool WRITES_FROM_START = true;  // out from each window start (FromStartOut)
   static constexpr int THREADS = MATH_THREADS + 32 * (COPIERS + CHECKERS);
   // Registers per thread that let `ctas_per_sm` CTAs share an SM's 64K registers (allocated 8
   // at a time per thread, and per whole warpgroup of 128 threads: a CTA of 288 costs 384; on the

@@ -193,6 +193,18 @@ ERRORS = {
         "1099511627776",
         r"instances\[0\]\.cta_resident: expected an integer in \[1, 2147483647\], found 1099511627776",
     ),
+    "an unknown out form": (
+        "    scale_layout: natural\n",
+        "    scale_layout: natural\n    out_forms: [bf16, fp8]\n",
+        "out_forms",
+        r"arches\[0\]\.out_forms\[1\]: expected one of \['bf16', 'from_start'\], found 'fp8'",
+    ),
+    "an out form twice": (
+        "    scale_layout: natural\n",
+        "    scale_layout: natural\n    out_forms: [from_start, from_start]\n",
+        "out_forms",
+        r"arches\[0\]\.out_forms\[1\]: expected each form once, found 'from_start' again",
+    ),
     "a negative setup_tokens": (
         "block_k: 64, cta_resident: 8",
         "block_k: 64, cta_resident: 8, setup_tokens: -64",
