@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import itertools
 import statistics
+from collections.abc import Callable
 from types import ModuleType
 
 import torch
@@ -145,9 +146,12 @@ def _agreement(out: torch.Tensor, problem: Problem, rows: list[int], shift: torc
     return calc_diff(torch.cat(theirs), torch.cat(mine))
 
 
-def _compact_us(problem: Problem, next_n: int, num_sms: int, variant, device: torch.device, repeats: int) -> dict:
+def _compact_us(problem: Problem, next_n: int, num_sms: int, variant, device: torch.device, repeats: int,
+                on_plan: Callable[[], object]) -> dict:  # fmt: skip
     """The op as the DeepGEMM adapter runs it, on set 0: compact_schedule (DeepGEMM's metadata shape)
-    and pa_mqa_logits_compact, each timed as the peer is; its logits must equal the plan path's."""
+    and pa_mqa_logits_compact, each timed as the peer is, the latter alternated call by call with the op
+    on set 0's plan (`on_plan`), so that their ratio is not one of clocks; its logits must equal the plan
+    path's."""
     s, shape = problem.sets[0], problem.shape
     lens = problem.local_ends.view(shape.batch, next_n)
     out = torch.empty_like(s.out)
@@ -161,9 +165,12 @@ def _compact_us(problem: Problem, next_n: int, num_sms: int, variant, device: to
         return pa_mqa_logits_compact(s.q, s.q_scale, s.kv_cache, s.kv_scale, problem.block_tables, s.weights, lens,
                                      schedule, shape.max_seq_len, variant=variant, out=out)  # fmt: skip
 
+    both = call_seconds([on_plan, logits], device, 2 * repeats)
+    plan_us, compact_us = (statistics.median(both[i::2]) * 1e6 for i in (0, 1))
     timing = {
         "compact_meta_us": statistics.median(call_seconds([meta], device, repeats)) * 1e6,
-        "compact_op_us": statistics.median(call_seconds([logits], device, repeats)) * 1e6,
+        "compact_op_us": compact_us,
+        "compact_over_plan": compact_us / plan_us,
     }
     for r in range(0, shape.total_q, max(1, shape.total_q // 8)):
         end = shape.rows[r][2]
@@ -172,14 +179,15 @@ def _compact_us(problem: Problem, next_n: int, num_sms: int, variant, device: to
     return timing
 
 
-def peer_row(dg: ModuleType, problem: Problem, device: torch.device, repeats: int, rows: list[int], variant) -> dict:
+def peer_row(dg: ModuleType, problem: Problem, device: torch.device, repeats: int, rows: list[int], variant,
+             on_plan: Callable[[], object]) -> dict:  # fmt: skip
     """The peer's medians on the row's shape (metadata and logits; metadata only on the paged path)
     and its agreement with the op on `rows` (the op's set 0 output must be current); on the paged path
-    the op through the adapter's schedule too (_compact_us). A shape the peer refuses gives its
-    message under peer_error."""
+    the op through the adapter's schedule too (_compact_us, against `on_plan`, the op on set 0's plan).
+    A shape the peer refuses gives its message under peer_error."""
     num_sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
     next_n = decode_next_n(problem.shape) if problem.shape.table.startswith(("decode", "deepgemm")) else None
-    ours = {} if next_n is None else _compact_us(problem, next_n, num_sms, variant, device, repeats)
+    ours = {} if next_n is None else _compact_us(problem, next_n, num_sms, variant, device, repeats, on_plan)
     try:
         if next_n is not None:
             meta, logits = _paged_call(dg, problem, next_n, num_sms)

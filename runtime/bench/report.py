@@ -18,10 +18,10 @@ HEADER = (
     f"{'TFLOP/s':>8} {'TB/s':>6} {'% roof':>7}"
 )
 
-# --peer's columns: on the paged path the op through the DeepGEMM adapter's schedule (metadata, logits);
-# the peer's metadata and logits medians, its time over the op's (> 1: the op is faster), and
-# calc_diff of its logits against the op's
-PEER_HEADER = f" {'cmeta µs':>8} {'compact µs':>10} {'peer meta':>9} {'peer µs':>10} {'speedup':>7} {'diff':>7}"
+# --peer's columns: on the paged path the op through the DeepGEMM adapter's schedule (its metadata µs,
+# and its logits' time over the op's on a plan, the two alternated); the peer's metadata and logits
+# medians, its time over the op's (> 1: the op is faster), and calc_diff of its logits against the op's
+PEER_HEADER = f" {'cmeta µs':>8} {'compact/plan':>12} {'peer meta':>9} {'peer µs':>10} {'speedup':>7} {'diff':>7}"
 
 
 def _us(value: float | None, width: int) -> str:
@@ -31,7 +31,8 @@ def _us(value: float | None, width: int) -> str:
 def _peer_columns(r: dict) -> str:
     if "peer_error" not in r and "peer_op_us" not in r:
         return ""
-    ours = f" {_us(r.get('compact_meta_us'), 8)} {_us(r.get('compact_op_us'), 10)}"
+    ratio = r.get("compact_over_plan")
+    ours = f" {_us(r.get('compact_meta_us'), 8)} {'-' if ratio is None else f'{ratio:.3f}':>12}"
     if "peer_error" in r:
         return f"{ours}  peer: {r['peer_error']}"
     return (

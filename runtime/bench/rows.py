@@ -144,7 +144,7 @@ def bench_row(
     host = host_seconds(calls, device, repeats) if device.type == "cuda" else seconds
     roof = roofline_seconds(work, limits)
     # the timed calls left set 0's output, which the peer is compared with
-    theirs = {} if peer is None else peer_row(peer, problem, device, repeats, guard_rows(shape), variant)
+    theirs = {} if peer is None else peer_row(peer, problem, device, repeats, guard_rows(shape), variant, calls[0])
     return {
         "table": shape.table,
         "shape": shape.label,

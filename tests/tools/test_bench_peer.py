@@ -39,6 +39,8 @@ def test_the_peer_computes_the_rows_own_logits(shape):
     assert 0 < r["peer_diff"] < peer.AGREE / 10
     assert r["peer_op_us"] > 0 and (r["peer_meta_us"] is None) == (shape is PREFILL)
     assert ("compact_op_us" in r) == (shape is DECODE)  # the adapter's path, timed where DeepGEMM's is paged
+    if shape is DECODE:  # alternated with the op on the plan: their ratio, printed
+        assert r["compact_over_plan"] > 0 and f"{r['compact_over_plan']:.3f}" in report.line(r)
     assert f"{r['peer_op_us'] / r['op_us']:7.2f}" in report.line(r)
     summary = report.summarize([r])[shape.table]
     assert summary["peer_rows"] == 1 and summary["speedup_geomean"] == pytest.approx(r["peer_op_us"] / r["op_us"])
