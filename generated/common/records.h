@@ -40,15 +40,6 @@ MXL_HD inline Span span_of(const KernelArgs& a, const CtaRecord& r) {
   return Span{lo, hi, int(rows)};
 }
 
-// A body's loads of the schedule and the window ends go through a loader, ld(pointer) -> value, so
-// an arch may route them (the AMD bodies: the scalar cache); PlainLoad reads them as they are.
-struct PlainLoad {
-  template <class V>
-  MXL_HD V operator()(const V* p) const {
-    return *p;
-  }
-};
-
 // ---- the compact schedule (DeepGEMM's metadata shape; docs/schedule.md) ---------------------------
 //
 // The end-to-end split stated per sequence, so that it fits DeepGEMM's [num_sms + 1, 2] int32
@@ -59,8 +50,8 @@ struct PlainLoad {
 // whose first page lies in its pages, for every tile of that sequence (ceil(next_n / q_per_block)
 // tiles of consecutive rows), as DeepGEMM's kernel takes all next_n rows of a sequence at once. Its
 // records are numbered (b + c) * tiles_per_seq + k (CTA c's piece of tile k of sequence b), unique
-// for the reason record t + c of a plan is, and computed from meta and the window ends where a plan's
-// would be loaded.
+// for the reason record t + c of a plan is; each CTA computes its own from meta and the context
+// lengths and writes them where a plan's would be read (expand_cta, below).
 
 // What the compact functions read: `batch` sequences of next_n rows, row j of sequence b reading
 // [0, end) with end = ends[b] - next_n + 1 + j (per_sequence) or ends[b * next_n + j]. Everything is
@@ -77,10 +68,9 @@ MXL_HD inline CompactView compact_view(const KernelArgs& a) {
 }
 
 // Window end of `row` (an end below 0 reads as 0: the same empty window).
-template <class Ld>
-MXL_HD inline int32_t compact_row_end(const CompactView& v, int32_t row, Ld&& ld) {
-  if (!v.per_sequence) return ld(v.ends + row);
-  const int64_t end = int64_t(ld(v.ends + row / v.next_n)) - v.next_n + 1 + row % v.next_n;
+MXL_HD inline int32_t compact_row_end(const CompactView& v, int32_t row) {
+  if (!v.per_sequence) return v.ends[row];
+  const int64_t end = int64_t(v.ends[row / v.next_n]) - v.next_n + 1 + row % v.next_n;
   return end > 0 ? int32_t(end) : 0;
 }
 
@@ -88,19 +78,17 @@ MXL_HD inline int32_t compact_row_end(const CompactView& v, int32_t row, Ld&& ld
 MXL_HD inline int32_t chunks_of(int32_t e, int32_t span) { return e > 0 ? (e - 1) / span + 1 : 0; }
 
 // Pages of sequence b's longest window (no order of its rows' windows is assumed), and its weight.
-template <class Ld>
-MXL_HD inline int32_t compact_seq_pages(const CompactView& v, int32_t b, Ld&& ld) {
+MXL_HD inline int32_t compact_seq_pages(const CompactView& v, int32_t b) {
   int32_t e = 0;
   if (v.per_sequence) {
-    e = ld(v.ends + b);  // its last row's window is the longest
+    e = v.ends[b];  // its last row's window is the longest
   } else {
-    for (int32_t r = b * v.next_n; r < (b + 1) * v.next_n; ++r) e = e < ld(v.ends + r) ? ld(v.ends + r) : e;
+    for (int32_t r = b * v.next_n; r < (b + 1) * v.next_n; ++r) e = e < v.ends[r] ? v.ends[r] : e;
   }
   return chunks_of(e, kPageSize);
 }
-template <class Ld>
-MXL_HD inline int32_t compact_weight(const CompactView& v, int32_t b, Ld&& ld) {
-  const int32_t pages = compact_seq_pages(v, b, ld);
+MXL_HD inline int32_t compact_weight(const CompactView& v, int32_t b) {
+  const int32_t pages = compact_seq_pages(v, b);
   return pages > 0 ? pages + v.setup_pages : 0;
 }
 
@@ -110,9 +98,8 @@ struct CompactSpan {
   MXL_HD bool empty() const { return seq0 == seq1 && unit0 == unit1; }
   MXL_HD int32_t seq_end() const { return unit1 > 0 ? seq1 + 1 : seq1; }
 };
-template <class Ld>
-MXL_HD inline CompactSpan compact_span(const CompactView& v, int32_t c, Ld&& ld) {
-  return CompactSpan{ld(v.meta + 2 * c), ld(v.meta + 2 * c + 1), ld(v.meta + 2 * c + 2), ld(v.meta + 2 * c + 3)};
+MXL_HD inline CompactSpan compact_span(const CompactView& v, int32_t c) {
+  return CompactSpan{v.meta[2 * c], v.meta[2 * c + 1], v.meta[2 * c + 2], v.meta[2 * c + 3]};
 }
 
 template <int QPB>
@@ -124,11 +111,11 @@ MXL_HD inline int64_t compact_records(int64_t batch, int64_t next_n, int64_t num
 }
 
 // CTA c's piece (its span s) of tile k of sequence b.
-template <int QPB, int BK, class Ld>
-MXL_HD inline CtaRecord compact_record(const CompactView& v, const CompactSpan& s, int32_t b, int32_t k, Ld&& ld) {
+template <int QPB, int BK>
+MXL_HD inline CtaRecord compact_record(const CompactView& v, const CompactSpan& s, int32_t b, int32_t k) {
   const CtaRecord none{0, 0, 0, 0, 0, 0, 0};
   if (s.empty() || b < s.seq0 || b >= s.seq_end() || b < 0 || b >= v.batch) return none;
-  const int32_t w = compact_weight(v, b, ld);
+  const int32_t w = compact_weight(v, b);
   const int32_t from = b == s.seq0 ? s.unit0 : 0, to = b == s.seq1 ? s.unit1 : w;
   if (to <= v.setup_pages) return none;
   // pages [p0, p1) of the sequence; the chunks whose first page lies there
@@ -139,7 +126,7 @@ MXL_HD inline CtaRecord compact_record(const CompactView& v, const CompactSpan& 
   const int32_t r0 = b * v.next_n + k * QPB, rows = v.next_n - k * QPB < QPB ? v.next_n - k * QPB : QPB;
   int32_t e = 0;  // the tile's union window [0, e)
   for (int32_t r = r0; r < r0 + rows; ++r) {
-    const int32_t end = compact_row_end(v, r, ld);
+    const int32_t end = compact_row_end(v, r);
     e = end > e ? end : e;
   }
   const int32_t chunks = chunks_of(e, BK), last = k1 < chunks ? k1 : chunks;
@@ -165,24 +152,23 @@ MXL_HD inline int64_t compact_workspace(int64_t num_records, int64_t num_ctas, i
 // range. After a barrier the CTA reads them as a plan's.
 template <int QPB, int BK>
 MXL_HD inline void expand_cta(const KernelArgs& a, int32_t c, int32_t tid, int32_t threads) {
-  const PlainLoad plain;
   const CompactView v = compact_view(a);
-  const CompactSpan s = compact_span(v, c, plain);
+  const CompactSpan s = compact_span(v, c);
   const int32_t per = int32_t(compact_tiles_per_seq<QPB>(v.next_n));
   const bool none = s.empty() || s.seq0 < 0 || s.seq_end() > v.batch || s.seq_end() <= s.seq0;
   const int32_t begin = none ? 0 : (s.seq0 + c) * per, end = none ? 0 : (s.seq_end() + c) * per;
   auto* records = reinterpret_cast<CtaRecord*>(a.compact_out);
   int32_t* ends = a.compact_out + compact_ends_at(a.num_records, a.num_ctas);
   for (int32_t j = begin + tid; j < (end < a.num_records ? end : a.num_records); j += threads) {
-    const CtaRecord r = compact_record<QPB, BK>(v, s, j / per - c, j % per, plain);
+    const CtaRecord r = compact_record<QPB, BK>(v, s, j / per - c, j % per);
     records[j] = r;
     if (!a.lens_per_row) {
-      for (int32_t row = r.row_id; row < r.row_id + r.row_count; ++row) ends[row] = compact_row_end(v, row, plain);
+      for (int32_t row = r.row_id; row < r.row_id + r.row_count; ++row) ends[row] = compact_row_end(v, row);
     }
   }
   if (tid == 0) {
     auto* ranges = reinterpret_cast<CtaRange*>(a.compact_out + compact_ranges_at(a.num_records));
-    ranges[c] = none ? CtaRange{} : CtaRange{int32_t(begin), int32_t(end), compact_record<QPB, BK>(v, s, s.seq0, 0, plain)};
+    ranges[c] = none ? CtaRange{} : CtaRange{int32_t(begin), int32_t(end), compact_record<QPB, BK>(v, s, s.seq0, 0)};
   }
 }
 
@@ -216,13 +202,13 @@ MXL_HD inline Window window_from(const Span& s, int64_t start, int64_t end) {
   return Window{from, to < from ? from : to};
 }
 // kFromStart: the row's cells go to columns t - start of out, so its window is cut at start + out_cols.
-template <bool kFromStart = false, class Ld = PlainLoad>
-MXL_HD inline Window window_of(const KernelArgs& a, const Span& s, int64_t row, Ld&& ld = Ld{}) {
-  const int64_t start = a.local_starts ? int64_t(ld(a.local_starts + row)) : int64_t(0);
+template <bool kFromStart = false>
+MXL_HD inline Window window_of(const KernelArgs& a, const Span& s, int64_t row) {
+  const int64_t start = a.local_starts ? int64_t(a.local_starts[row]) : int64_t(0);
   if constexpr (kFromStart) {
-    return window_from(s, start, lesser(ld(a.local_ends + row), start + a.out_cols));
+    return window_from(s, start, lesser(a.local_ends[row], start + a.out_cols));
   } else {
-    return window_from(s, start, ld(a.local_ends + row));
+    return window_from(s, start, a.local_ends[row]);
   }
 }
 

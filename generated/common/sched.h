@@ -190,7 +190,7 @@ MXL_HD inline records::CompactView compact_view(const CompactArgs& a) {
   return records::CompactView{a.seq_lens, a.meta, a.batch, a.next_n, a.setup_pages, !a.lens_per_row};
 }
 MXL_HD inline int64_t compact_weight(const CompactArgs& a, int64_t b) {
-  return records::compact_weight(compact_view(a), int32_t(b), records::PlainLoad{});
+  return records::compact_weight(compact_view(a), int32_t(b));
 }
 
 // Row c < num_ctas of meta, once the prefix of the sequence weights is in `prefix` ([batch + 1]):
