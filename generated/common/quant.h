@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "common/abi.h"
+#include "common/records.h"
 
 namespace mxlogits::quant {
 
@@ -57,17 +58,13 @@ struct F32Lanes {
 struct Bf16Lanes {
   static constexpr int kLanes = 2, kMant = 7;
   static constexpr uint32_t kUnit = 0x00010001u;
-  // Off sm90 each lane on its own in fp32, rounded to bf16 to nearest even: the bits the bf16x2
-  // instructions give for the operands the coder passes (mul: by a power of two, exact while normal;
-  // add: t + M with t < 8 and M >= 96, where a sum fp32 cannot hold lies within 2^-8 of M's bf16
-  // spacing above M, far from a midpoint, so rounding twice lands where rounding once does).
+  // Off sm90 each lane on its own in fp32, rounded to bf16 to nearest even (records::bf16_bits): the
+  // bits the bf16x2 instructions give for the operands the coder passes (mul: by a power of two, exact
+  // while normal; add: t + M with t < 8 and M >= 96, where a sum fp32 cannot hold lies within 2^-8 of
+  // M's bf16 spacing above M, far from a midpoint, so rounding twice lands where rounding once does).
   MXL_HD static uint32_t lanes(uint32_t lo, uint32_t hi) { return (lo & 0xffffu) | hi << 16; }
   MXL_HD static float lo(uint32_t a) { return float_of(a << 16); }
   MXL_HD static float hi(uint32_t a) { return float_of(a & 0xffff0000u); }
-  MXL_HD static uint32_t rounded(float v) {  // the bf16 bits of a finite v, to nearest even
-    const uint32_t u = bits_of(v);
-    return (u + 0x7fffu + (u >> 16 & 1u)) >> 16;
-  }
   MXL_HD static uint32_t min(uint32_t a, uint32_t b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     uint32_t d;
@@ -92,7 +89,7 @@ struct Bf16Lanes {
     asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
     return d;
 #else
-    return lanes(rounded(lo(a) * lo(b)), rounded(hi(a) * hi(b)));
+    return lanes(records::bf16_bits(lo(a) * lo(b)), records::bf16_bits(hi(a) * hi(b)));
 #endif
   }
   MXL_HD static uint32_t add(uint32_t a, uint32_t b) {
@@ -101,7 +98,7 @@ struct Bf16Lanes {
     asm("add.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
     return d;
 #else
-    return lanes(rounded(lo(a) + lo(b)), rounded(hi(a) + hi(b)));
+    return lanes(records::bf16_bits(lo(a) + lo(b)), records::bf16_bits(hi(a) + hi(b)));
 #endif
   }
   MXL_HD static uint32_t widest(uint32_t top) { return F32Lanes::max(top << 16, top & 0xffff0000u); }
