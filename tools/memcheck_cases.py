@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the su
 import mxlogits as mx  # noqa: E402
 import torch  # noqa: E402
 from support.cases import (  # noqa: E402
-    assert_matches, first_rows, from_window_starts, make_case, make_plan, ops_of, reference, run_op,
+    assert_matches, decode_scene, first_rows, from_window_starts, make_case, make_plan, ops_of, reference, run_op,
 )  # fmt: skip
 from support.op_cases import corner_cases as op_corner_cases  # noqa: E402
 from support.op_cases import far_apart_case  # noqa: E402
@@ -189,12 +189,7 @@ def compact_cases(v) -> None:
     for next_n, two_d in ((1, False), (2, False), (2, True), (6, False), (6, True)):
         g = torch.Generator().manual_seed(next_n * 2 + two_d)
         lens = torch.randint(0, 1500, (5, next_n) if two_d else (5,), generator=g, dtype=torch.int32)
-        if two_d:
-            ends = lens.flatten().tolist()
-        else:
-            ends = [c - next_n + 1 + j for c in lens.tolist() for j in range(next_n)]
-        per_seq = lens.reshape(5, -1).amax(1).clamp(min=1).tolist()
-        case = make_case(per_seq, [(r // next_n, 0, max(e, 0)) for r, e in enumerate(ends)], v, seed=next_n)
+        case = decode_scene(lens.tolist(), next_n, two_d, DEVICE, seed=next_n)
         context_lens = lens.to(DEVICE)
         for num_sms in (3, 132):
 
@@ -207,13 +202,12 @@ def compact_cases(v) -> None:
 
             checked(f"{v.arch}/{v.name} compact schedule, next_n {next_n}{' 2-D' if two_d else ''}, {num_sms} CTAs", run)
     g = torch.Generator().manual_seed(7)
+    case = decode_scene([300, 1, 129, 5], 2, False, DEVICE)
+    context_lens = torch.tensor([300, 1, 129, 5], dtype=torch.int32, device=DEVICE)
     for t, meta in enumerate([
         torch.randint(-(2**31), 2**31 - 1, (9, 2), generator=g, dtype=torch.int64).to(torch.int32),
         torch.randint(-3, 12, (9, 2), generator=g, dtype=torch.int32),
     ]):
-        case = make_case([300, 1, 129, 5], [(r // 2, 0, max(c - 1 + r % 2, 0)) for r, c in
-                                            enumerate([300, 300, 1, 1, 129, 129, 5, 5])], v)  # fmt: skip
-        context_lens = torch.tensor([300, 1, 129, 5], dtype=torch.int32, device=DEVICE)
 
         def run():
             out = mx.pa_mqa_logits_compact(*case.named_inputs().values(), context_lens, meta.to(DEVICE),

@@ -1,5 +1,5 @@
 """The compact schedule (docs/schedule.md) on every present arch and through each AMD arch's emulation
-(which runs the GPU build and expansion kernels): the build's int32 [num_ctas + 1, 2] bit-exact with a
+(which runs the GPU build and logits kernels): the build's int32 [num_ctas + 1, 2] bit-exact with a
 model of the split written from the docs; the logits of pa_mqa_logits_compact within each variant's
 bound of the fp32 reference for decode steps of next_n 1 to 6, 1-D and 2-D context lengths (rows of a
 sequence in any order), pad sequences and grids of 1 to 300 CTAs; a schedule copied into a persistent
@@ -14,8 +14,7 @@ import pytest
 import torch
 from mxlogits.compact import instance_of
 from mxlogits.ops import ops
-from mxlogits.synthetic import make_scene
-from support.cases import assert_matches, reference
+from support.cases import assert_matches, decode_scene, reference
 from support.params import (
     EMULATED_ARCHES,
     EMULATED_VARIANTS,
@@ -91,14 +90,6 @@ def test_build_matches_the_model(any_arch):
         assert meta.cpu().tolist() == model_meta(lens, two_d, num_ctas, rows, setup), (lens, num_ctas)
 
 
-def decode_scene(lens: list, next_n: int, two_d: bool, device: str, seed: int):
-    """A scene whose row b * next_n + j reads [0, end) of sequence b, end as DeepGEMM's context_lens say."""
-    ends = [e for row in lens for e in row] if two_d else [c - next_n + 1 + j for c in lens for j in range(next_n)]
-    contexts = [max([*(row if two_d else [row]), 1]) for row in lens]
-    rows = [(r // next_n, 0, max(e, 0)) for r, e in enumerate(ends)]
-    return make_scene(contexts, rows, device, seed=seed)
-
-
 @pytest.mark.parametrize("seed", range(4))
 def test_compact_logits_match_reference(any_variant, seed):
     variant = any_variant
@@ -108,7 +99,7 @@ def test_compact_logits_match_reference(any_variant, seed):
     lens = random_lens(rng, rng.randint(1, 12), next_n, two_d, 1500)
     case = decode_scene(lens, next_n, two_d, device, seed)
     context_lens = torch.tensor(lens, dtype=torch.int32, device=device)
-    num_sms = 7000 if seed == 3 else rng.choice([1, 3, 16, 132])  # 7000: more CTAs than the expansion stages
+    num_sms = 7000 if seed == 3 else rng.choice([1, 3, 16, 132])  # 7000: meta rows far past the split's CTAs
     meta = mx.compact_schedule(context_lens, num_sms)
     persistent = torch.empty((num_sms + 1, 2), dtype=torch.int32, device=device)
     persistent.copy_(meta)  # SGLang's copy into its graph buffer

@@ -46,6 +46,15 @@ def make_case(contexts, rows, variant=None, *, seed: int = 0, max_seq_len: int |
     return make_scene(contexts, rows, device, seed=seed, max_seq_len=max_seq_len)
 
 
+def decode_scene(lens: list, next_n: int, two_d: bool, device: str, seed: int = 0) -> Scene:
+    """A decode step as DeepGEMM's context_lens state it: row b * next_n + j reads [0, end) of sequence b,
+    end = lens[b][j] (two_d) or lens[b] - next_n + 1 + j."""
+    ends = [e for row in lens for e in row] if two_d else [c - next_n + 1 + j for c in lens for j in range(next_n)]
+    contexts = [max([*(row if two_d else [row]), 1]) for row in lens]
+    rows = [(r // next_n, 0, max(e, 0)) for r, e in enumerate(ends)]
+    return make_scene(contexts, rows, device, seed=seed)
+
+
 def first_rows(case: Scene, n: int) -> Scene:
     """The case's first n query rows (own copies of q, q_scale, weights), its keys unchanged: the
     tensors a launch of a plan built for more rows is handed."""
