@@ -17,7 +17,7 @@ import statistics
 
 import mxlogits as mx
 import torch
-from mxlogits.bench.timing import call_seconds
+from mxlogits.bench.timing import alternated_medians, call_seconds
 from mxlogits.synthetic import make_scene
 
 SHAPES = [  # (batch, context, next_n)
@@ -108,8 +108,7 @@ def main() -> None:
         assert torch.equal(out_bf16.nan_to_num(0, 1, -1), out_plan.to(torch.bfloat16).nan_to_num(0, 1, -1))
         assert torch.equal(out_plan.isnan(), out_compact.isnan())
         diff = (out_plan - out_compact).abs().nan_to_num(0.0).max().item()
-        both = call_seconds([on_plan, on_compact], device, 2 * args.repeats)  # alternated: neither runs hotter
-        plan_us, compact_us = (statistics.median(both[i::2]) * 1e6 for i in (0, 1))
+        plan_us, compact_us = (s * 1e6 for s in alternated_medians([on_plan, on_compact], device, args.repeats))
         bf16_us = statistics.median(call_seconds([on_plan_bf16], device, args.repeats)) * 1e6
         meta_graph = graph_us(lambda: mx.compact_schedule(lens, sms, out=meta))
         spare = mx.plan_buffers(device, batch * next_n, batch, variant)  # the op's plan stays current

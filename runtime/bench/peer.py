@@ -24,7 +24,7 @@ from ..compact import compact_schedule, pa_mqa_logits_compact
 from ..mxfp4 import dequantize_mxfp4
 from .inputs import Problem
 from .shapes import Shape
-from .timing import call_seconds
+from .timing import alternated_medians, call_seconds
 
 PEERS = {"deepgemm": "deep_gemm"}  # --peer name -> the module it imports
 AGREE = 0.02  # calc_diff bound between the peer's logits and the op's: DeepGEMM's test's own for FP8
@@ -165,12 +165,11 @@ def _compact_us(problem: Problem, next_n: int, num_sms: int, variant, device: to
         return pa_mqa_logits_compact(s.q, s.q_scale, s.kv_cache, s.kv_scale, problem.block_tables, s.weights, lens,
                                      schedule, shape.max_seq_len, variant=variant, out=out)  # fmt: skip
 
-    both = call_seconds([on_plan, logits], device, 2 * repeats)
-    plan_us, compact_us = (statistics.median(both[i::2]) * 1e6 for i in (0, 1))
+    plan_s, compact_s = alternated_medians([on_plan, logits], device, repeats)
     timing = {
         "compact_meta_us": statistics.median(call_seconds([meta], device, repeats)) * 1e6,
-        "compact_op_us": compact_us,
-        "compact_over_plan": compact_us / plan_us,
+        "compact_op_us": compact_s * 1e6,
+        "compact_over_plan": compact_s / plan_s,
     }
     for r in range(0, shape.total_q, max(1, shape.total_q // 8)):
         end = shape.rows[r][2]

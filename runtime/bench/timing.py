@@ -3,6 +3,7 @@ the host's time of an eager call."""
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Sequence
 
@@ -45,6 +46,13 @@ def call_seconds(calls: Sequence[Callable[[], object]], device: torch.device, re
         stop.record()
     torch.cuda.synchronize(device)
     return [start.elapsed_time(stop) / 1e3 for start, stop in events]
+
+
+def alternated_medians(calls: Sequence[Callable[[], object]], device: torch.device, repeats: int) -> list[float]:
+    """Each call's median device seconds over `repeats` timings, the calls timed in turn (call_seconds's
+    rotation), so that none of them runs at a hotter clock than another: what a ratio of two needs."""
+    times = call_seconds(calls, device, len(calls) * repeats)
+    return [statistics.median(times[i :: len(calls)]) for i in range(len(calls))]
 
 
 def host_seconds(calls: Sequence[Callable[[], object]], device: torch.device, repeats: int) -> float:

@@ -7,6 +7,7 @@ import json
 import math
 import subprocess
 import sys
+import time
 
 import mxlogits as mx
 import pytest
@@ -173,3 +174,19 @@ def test_host_timing_is_each_calls_wall_time(monkeypatch):
     cpu = torch.device("cpu")
     assert timing.call_seconds([lambda: calls.append(1), lambda: calls.append(1)], cpu, 3) == [1.0, 1.0, 1.0]
     assert len(calls) == 2 + 3  # one untimed call each first
+
+
+def test_alternated_medians_time_each_call_in_turn():
+    """Two calls timed in turn, each once untimed first: each median is its own call's."""
+    order = []
+
+    def fast():
+        order.append("fast")
+
+    def slow():
+        order.append("slow")
+        time.sleep(0.002)
+
+    fast_s, slow_s = timing.alternated_medians([fast, slow], torch.device("cpu"), 5)
+    assert order == ["fast", "slow"] * 6
+    assert slow_s >= 0.002 > fast_s
