@@ -183,7 +183,8 @@ static_assert(sizeof(KernelArgs) == 200, "KernelArgs ABI");
 
 // Arguments of the schedule build (docs/schedule.md). `scratch` holds, in order: at q_per_block > 1
 // the per-sequence tile offsets [batch + 1] and the tile cut cu_tiles [max_tiles + 1];
-// always the per-tile weight prefix [max_tiles + 1] (sched.h: chunks plus setup).
+// always the per-tile weight prefix [max_tiles + 1] (sched.h: chunks plus setup), then the CTA table:
+// each CTA's first unit [num_ctas + 1] and first record [num_ctas].
 struct SchedArgs {
   const int32_t* cu_seq_q;  // [batch + 1]; read at q_per_block > 1 only
   const int32_t* local_starts;  // [>=num_rows], or null

@@ -29,9 +29,9 @@ namespace mxlogits::sched {
 MXL_HD inline int64_t max_tiles(int64_t num_rows, int64_t batch, int q_per_block) {
   return q_per_block == 1 ? num_rows : (num_rows + batch * (q_per_block - 1)) / q_per_block;
 }
-MXL_HD inline int64_t scratch_len(int64_t num_rows, int64_t batch, int q_per_block) {
+MXL_HD inline int64_t scratch_len(int64_t num_rows, int64_t batch, int q_per_block, int64_t num_ctas) {
   const int64_t tiles = max_tiles(num_rows, batch, q_per_block);
-  return (q_per_block == 1 ? 0 : (batch + 1) + (tiles + 1)) + (tiles + 1);
+  return (q_per_block == 1 ? 0 : (batch + 1) + (tiles + 1)) + (tiles + 1) + (num_ctas + 1) + num_ctas;
 }
 MXL_HD inline int64_t num_records(int64_t tiles, int64_t num_ctas) { return tiles + num_ctas; }
 // Columns of block_tables a launch may read: the pages of tokens below max_seq_len (a body reads no
@@ -46,6 +46,13 @@ template <int QPB>
 MXL_HD inline int64_t* tile_prefix(const SchedArgs& a) {
   return QPB == 1 ? a.scratch : a.scratch + (a.batch + 1) + (a.max_tiles + 1);
 }
+// The CTA table: cta_units[c] = CTA c's first unit ([num_ctas + 1], the last is the total), and
+// cta_bases[c] = its first record ([num_ctas]). Built once, it spares every record a search over
+// the CTAs that would redo a 64-bit division and a search over the tiles at each of its steps.
+template <int QPB>
+MXL_HD inline int64_t* cta_units(const SchedArgs& a) { return tile_prefix<QPB>(a) + a.max_tiles + 1; }
+template <int QPB>
+MXL_HD inline int64_t* cta_bases(const SchedArgs& a) { return cta_units<QPB>(a) + a.num_ctas + 1; }
 
 // Largest i in [0, n) with v[i] <= x, for non-decreasing v with v[0] <= x (0 when n == 0).
 MXL_HD inline int64_t last_at_most(const int64_t* v, int64_t n, int64_t x) {
@@ -100,10 +107,14 @@ MXL_HD inline Tile tile_at(const SchedArgs& a, int64_t t) {
   if (r1 <= r0) return tile;
   tile.row0 = r0;
   tile.rows = r1 - r0;
-  // Empty windows (pad rows, docs/contract.md, contract 2) do not widen the union.
+  // Empty windows (pad rows, docs/contract.md, contract 2) do not widen the union. QPB rows are read,
+  // the last repeated past r1 (a row twice does not change the union): a fixed count of loads with no
+  // guard between them, so the tile's reads are one round trip, row_to_batch's included.
+  const int64_t b_row = a.row_to_batch ? a.row_to_batch[r0] : 0;
   int64_t s = 0, e = 0;
   bool any = false;
-  for (int64_t r = r0; r < r1; ++r) {
+  for (int k = 0; k < QPB; ++k) {
+    const int64_t r = r0 + k < r1 ? r0 + k : r1 - 1;
     const int64_t rs = a.local_starts && a.local_starts[r] > 0 ? a.local_starts[r] : 0;
     const int64_t re = a.local_ends[r];
     if (re <= rs) continue;
@@ -111,9 +122,9 @@ MXL_HD inline Tile tile_at(const SchedArgs& a, int64_t t) {
     e = any && e > re ? e : re;
     any = true;
   }
-  if (!any) return tile;  // row_to_batch is not read for an empty tile
+  if (!any) return tile;
   int64_t b;
-  if (a.row_to_batch) b = a.row_to_batch[r0];
+  if (a.row_to_batch) b = b_row;
   else if constexpr (QPB == 1) b = r0;
   else b = last_at_most(seq_tiles(a), a.batch + 1, t);
   if (b < 0 || b >= a.batch) return tile;
@@ -141,27 +152,24 @@ MXL_HD inline int64_t tile_of_unit(const SchedArgs& a, int64_t g) {
   return last_at_most(tile_prefix<QPB>(a), a.max_tiles, g);
 }
 
-// Record index of CTA c's first piece; strictly increasing in c.
+// Row c in [0, num_ctas] of the CTA table, once the tile prefix is complete. The record index of
+// CTA c's first piece, cta_bases[c], is strictly increasing in c.
 template <int QPB>
-MXL_HD inline int64_t record_base(const SchedArgs& a, int64_t c, int64_t total) {
-  return tile_of_unit<QPB>(a, cta_first_unit(c, total, a.num_ctas)) + c;
+MXL_HD inline void cta_table_row(const SchedArgs& a, int64_t c) {
+  const int64_t g = cta_first_unit(c, tile_prefix<QPB>(a)[a.max_tiles], a.num_ctas);
+  cta_units<QPB>(a)[c] = g;
+  if (c < a.num_ctas) cta_bases<QPB>(a)[c] = tile_of_unit<QPB>(a, g) + c;
 }
 
 template <int QPB, int BK>
 MXL_HD inline CtaRecord record_at(const SchedArgs& a, int64_t j) {
   const CtaRecord none{0, 0, 0, 0, 0, 0, 0};
   const int64_t* prefix = tile_prefix<QPB>(a);
-  const int64_t total = prefix[a.max_tiles];
-  if (total == 0 || record_base<QPB>(a, 0, total) > j) return none;
-  int64_t lo = 0, hi = a.num_ctas;  // the CTA owning j: last c with record_base(c) <= j
-  while (hi - lo > 1) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    if (record_base<QPB>(a, mid, total) <= j) lo = mid; else hi = mid;
-  }
-  const int64_t c = lo, t = j - c;
+  const int64_t* bases = cta_bases<QPB>(a);
+  if (prefix[a.max_tiles] == 0 || bases[0] > j) return none;
+  const int64_t c = last_at_most(bases, a.num_ctas, j), t = j - c;  // the CTA owning j
   if (t >= a.max_tiles || prefix[t + 1] == prefix[t]) return none;
-  const int64_t g0 = cta_first_unit(c, total, a.num_ctas);
-  const int64_t g1 = cta_first_unit(c + 1, total, a.num_ctas);
+  const int64_t g0 = cta_units<QPB>(a)[c], g1 = cta_units<QPB>(a)[c + 1];
   const int64_t chunk0 = prefix[t] + a.setup_chunks;  // the tile's chunks follow its setup units
   const int64_t from = chunk0 > g0 ? chunk0 : g0;
   const int64_t to = prefix[t + 1] < g1 ? prefix[t + 1] : g1;
@@ -176,11 +184,9 @@ MXL_HD inline CtaRecord record_at(const SchedArgs& a, int64_t j) {
 // second search for the record).
 template <int QPB>
 MXL_HD inline CtaRange cta_range(const SchedArgs& a, int64_t c, const CtaRecord* records) {
-  const int64_t total = tile_prefix<QPB>(a)[a.max_tiles];
-  const int64_t g0 = cta_first_unit(c, total, a.num_ctas);
-  const int64_t g1 = cta_first_unit(c + 1, total, a.num_ctas);
+  const int64_t g0 = cta_units<QPB>(a)[c], g1 = cta_units<QPB>(a)[c + 1];
   if (g0 >= g1) return CtaRange{};  // all zeros
-  const int64_t begin = tile_of_unit<QPB>(a, g0) + c;
+  const int64_t begin = cta_bases<QPB>(a)[c];
   return CtaRange{int32_t(begin), int32_t(tile_of_unit<QPB>(a, g1 - 1) + c + 1), records[begin]};
 }
 
@@ -228,6 +234,7 @@ inline void build_schedule_host(const SchedArgs& a) {
   int64_t* prefix = tile_prefix<QPB>(a);
   prefix[0] = 0;
   for (int64_t t = 0; t < a.max_tiles; ++t) prefix[t + 1] = prefix[t] + tile_weight(a, tile_at<QPB, BK>(a, t));
+  for (int64_t c = 0; c <= a.num_ctas; ++c) cta_table_row<QPB>(a, c);
   CtaRecord* records = reinterpret_cast<CtaRecord*>(a.cta_info);
   for (int64_t j = 0; j < a.num_records; ++j) records[j] = record_at<QPB, BK>(a, j);
   CtaRange* ranges = reinterpret_cast<CtaRange*>(a.cta_ranges);

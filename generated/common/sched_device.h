@@ -25,20 +25,40 @@ constexpr int64_t staged_scratch(int64_t shared_bytes) {
 // scratch, or none.
 template <int64_t STAGED>
 MXL_HD inline int64_t staged_bytes(const SchedArgs& a, int q_per_block) {
-  const int64_t len = scratch_len(a.num_rows, a.batch, q_per_block);
+  const int64_t len = scratch_len(a.num_rows, a.batch, q_per_block, a.num_ctas);
   return len <= STAGED ? len * int64_t(sizeof(int64_t)) : 0;
 }
 
-// out[i] = f(0) + ... + f(i) for i in [0, n): each thread sums a contiguous slice, the slices'
-// totals are scanned in shared memory (Hillis-Steele), then each thread writes its slice.
+// out[i] = f(i) for i in [0, n), the indices strided over the threads (a warp's loads coalesce), kBatch
+// indices a thread at a time: f's loads for all of them go out before any result is stored (an index
+// past n evaluates f(n - 1), in bounds, and is dropped), so a thread waits one round trip per kBatch.
+inline constexpr int kBatch = 4;
+template <class F>
+__device__ inline void block_evaluate(int64_t* out, int64_t n, F f) {
+  for (int64_t i0 = threadIdx.x; i0 < n; i0 += kBatch * kSchedThreads) {
+    int64_t v[kBatch];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) v[k] = f(i0 + k * kSchedThreads < n ? i0 + k * kSchedThreads : n - 1);
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      if (i0 + k * kSchedThreads < n) out[i0 + k * kSchedThreads] = v[k];
+    }
+  }
+}
+
+// out[i] = f(0) + ... + f(i) for i in [0, n): f evaluated once per index (block_evaluate), then each
+// thread sums a contiguous slice of out, the slices' totals are scanned in shared memory
+// (Hillis-Steele), and each thread rewrites its slice.
 template <class F>
 __device__ inline void block_inclusive_scan(int64_t* out, int64_t n, int64_t* partial, F f) {
   const int tid = threadIdx.x;
+  block_evaluate(out, n, f);
+  __syncthreads();
   const int64_t per = (n + kSchedThreads - 1) / kSchedThreads;
   const int64_t lo = tid * per < n ? tid * per : n;
   const int64_t hi = lo + per < n ? lo + per : n;
   int64_t sum = 0;
-  for (int64_t i = lo; i < hi; ++i) sum += f(i);
+  for (int64_t i = lo; i < hi; ++i) sum += out[i];
   partial[tid] = sum;
   __syncthreads();
   for (int step = 1; step < kSchedThreads; step *= 2) {
@@ -48,7 +68,7 @@ __device__ inline void block_inclusive_scan(int64_t* out, int64_t n, int64_t* pa
     __syncthreads();
   }
   int64_t run = partial[tid] - sum;
-  for (int64_t i = lo; i < hi; ++i) out[i] = run += f(i);
+  for (int64_t i = lo; i < hi; ++i) out[i] = run += out[i];
   __syncthreads();  // the next phase reads what other threads wrote
 }
 
@@ -66,18 +86,19 @@ __device__ inline void build_schedule_block(const SchedArgs& global, int64_t* st
     int64_t* st = seq_tiles(a);
     if (tid == 0) st[0] = 0;
     block_inclusive_scan(st + 1, a.batch, partial, [&](int64_t b) { return seq_tile_count<QPB>(a, b); });
-    for (int64_t t = tid; t <= a.max_tiles; t += kSchedThreads) cu_tiles(a)[t] = cut_tile<QPB>(a, t);
+    block_evaluate(cu_tiles(a), a.max_tiles + 1, [&](int64_t t) { return cut_tile<QPB>(a, t); });
     __syncthreads();
   }
   int64_t* prefix = tile_prefix<QPB>(a);
   if (tid == 0) prefix[0] = 0;
   block_inclusive_scan(prefix + 1, a.max_tiles, partial, [&](int64_t t) { return tile_weight(a, tile_at<QPB, BK>(a, t)); });
+  for (int64_t c = tid; c <= a.num_ctas; c += kSchedThreads) cta_table_row<QPB>(a, c);
+  __syncthreads();
   CtaRecord* records = reinterpret_cast<CtaRecord*>(a.cta_info);
   for (int64_t j = tid; j < a.num_records; j += kSchedThreads) records[j] = record_at<QPB, BK>(a, j);
   __syncthreads();  // each range copies its first record, which another thread may have written
   CtaRange* ranges = reinterpret_cast<CtaRange*>(a.cta_ranges);
   for (int64_t c = tid; c < a.num_ctas; c += kSchedThreads) ranges[c] = cta_range<QPB>(a, c, records);
-  for (int64_t i = tid; i < staged_len; i += kSchedThreads) global.scratch[i] = staged[i];  // the plan's copy
 }
 
 // The compact schedule's build, one block of kSchedThreads threads: the sequence weights' prefix

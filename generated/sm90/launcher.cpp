@@ -386,7 +386,7 @@ int64_t check_schedule_args(const ScheduleInputs& in) {
   }
   const int64_t tiles = sched::max_tiles(in.num_rows, in.batch, T::Q_PER_BLOCK);
   c.schedule(in.cta_info, in.cta_ranges, tiles);
-  const int64_t scratch_len = sched::scratch_len(in.num_rows, in.batch, T::Q_PER_BLOCK);
+  const int64_t scratch_len = sched::scratch_len(in.num_rows, in.batch, T::Q_PER_BLOCK, in.cta_ranges.size(0));
   const at::Tensor& scratch = in.scratch;
   c.tensor(scratch, "scratch", {at::kLong}, "int64");
   ARG_CHECK(c, scratch.dim() == 1 && scratch.is_contiguous() && scratch.numel() >= scratch_len, "scratch",
@@ -612,7 +612,7 @@ std::vector<int64_t> schedule_sizes(c10::Device device, int64_t num_rows, int64_
     const int64_t tiles = sched::max_tiles(num_rows, batch, T::Q_PER_BLOCK);
     const int64_t records = sched::num_records(tiles, ctas);
     c.range(records, "max_tiles + num_ctas", 0, kInt32Max, "records");
-    sizes = {ctas, records, sched::scratch_len(num_rows, batch, T::Q_PER_BLOCK), tiles, kRecordInts, kRangeInts};
+    sizes = {ctas, records, sched::scratch_len(num_rows, batch, T::Q_PER_BLOCK, ctas), tiles, kRecordInts, kRangeInts};
   });
   return sizes;
 }
