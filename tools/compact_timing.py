@@ -17,7 +17,7 @@ import statistics
 
 import mxlogits as mx
 import torch
-from mxlogits.bench.timing import alternated_medians, call_seconds
+from mxlogits.bench.timing import alternated_medians, call_seconds, capture, replay_us
 from mxlogits.synthetic import make_scene
 
 SHAPES = [  # (batch, context, next_n)
@@ -42,33 +42,6 @@ def decode_case(batch: int, context: int, next_n: int, device: str, seed: int = 
     return case, torch.tensor(lens, dtype=torch.int32, device=device)
 
 
-def captured(fn) -> torch.cuda.CUDAGraph:
-    """A graph of fn's launches, fn run once on a side stream first (its module loaded, its workspace
-    allocated), as torch's graph capture asks."""
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph
-
-
-def graph_us(fn, replays: int = 200) -> float:
-    """Median device µs of one replay of a graph holding fn alone."""
-    graph = captured(fn)
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=30)
@@ -80,8 +53,8 @@ def main() -> None:
         return
     device = torch.device("cuda")
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    graph_us(lambda: torch.cuda._sleep(0))  # the first graph of a process replays slower: not this one
-    floor = graph_us(lambda: torch.cuda._sleep(0))  # a graph of one empty kernel: the timer's floor
+    replay_us(lambda: torch.cuda._sleep(0), device)  # the first graph of a process replays slower: not this one
+    floor = replay_us(lambda: torch.cuda._sleep(0), device)  # a graph of one empty kernel: the timer's floor
     print(f"{torch.cuda.get_device_name(device)}, {sms} SMs; a graph of one empty kernel replays in {floor:.1f} µs")
     print("| B | ctx | next_n | variant | metadata µs (graph) | plan µs (graph) | op on plan µs | op on compact µs | ratio |"
           " op on plan, graph µs | op on compact, graph µs | op on plan, bf16 out µs |")
@@ -110,14 +83,14 @@ def main() -> None:
         diff = (out_plan - out_compact).abs().nan_to_num(0.0).max().item()
         plan_us, compact_us = (s * 1e6 for s in alternated_medians([on_plan, on_compact], device, args.repeats))
         bf16_us = statistics.median(call_seconds([on_plan_bf16], device, args.repeats)) * 1e6
-        meta_graph = graph_us(lambda: mx.compact_schedule(lens, sms, out=meta))
+        meta_graph = replay_us(lambda: mx.compact_schedule(lens, sms, out=meta), device)
         spare = mx.plan_buffers(device, batch * next_n, batch, variant)  # the op's plan stays current
-        plan_graph = graph_us(
-            lambda: mx.plan(case.cu_seq_q, case.local_ends, buffers=spare, row_to_batch=case.row_to_batch)
+        plan_graph = replay_us(
+            lambda: mx.plan(case.cu_seq_q, case.local_ends, buffers=spare, row_to_batch=case.row_to_batch), device
         )
         small = plan_us < 60
-        plan_op_graph = f"{graph_us(on_plan):.1f}" if small else ""
-        compact_op_graph = f"{graph_us(on_compact):.1f}" if small else ""
+        plan_op_graph = f"{replay_us(on_plan, device):.1f}" if small else ""
+        compact_op_graph = f"{replay_us(on_compact, device):.1f}" if small else ""
         print(f"| {batch} | {context} | {next_n} | {variant.name} | {meta_graph:.1f} | {plan_graph:.1f} | "
               f"{plan_us:.1f} | {compact_us:.1f} | {compact_us / plan_us:.3f} | {plan_op_graph} | {compact_op_graph} | "
               f"{bf16_us:.1f} |"
@@ -157,7 +130,7 @@ def graph_sequence(device: torch.device, sms: int) -> None:
         *inputs, lens_buf, meta_buf, case.max_seq_len, next_n=next_n, out=out
     )
     meta_buf[:] = mx.compact_schedule(lens, sms)
-    graph = captured(step)
+    replay, _ = capture(step, device)
     g = torch.Generator().manual_seed(3)
     for trial in range(5):
         new = torch.randint(0, 20001, (batch,), generator=g, dtype=torch.int32).to(device)
@@ -168,7 +141,7 @@ def graph_sequence(device: torch.device, sms: int) -> None:
         else:
             meta_buf.copy_(meta)
         out.fill_(float("-inf"))
-        graph.replay()
+        replay()
         eager = mx.pa_mqa_logits_compact(*inputs, new, meta, case.max_seq_len, next_n=next_n)
         torch.cuda.synchronize()
         assert torch.equal(out.isneginf(), eager.isneginf()), trial

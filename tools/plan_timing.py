@@ -14,7 +14,7 @@ import statistics
 import mxlogits as mx
 import torch
 from mxlogits.bench.shapes import TABLES, Shape
-from mxlogits.bench.timing import call_seconds
+from mxlogits.bench.timing import call_seconds, replay_us
 from mxlogits.synthetic import make_scene
 
 GRAPH_ROW = (1, 32_768)  # (batch, context) of the decode row whose plan + op replay from one graph
@@ -57,22 +57,7 @@ def graph_pair_us(device: torch.device, replays: int = 200) -> float:
         p = mx.plan(case.cu_seq_q, case.local_ends, buffers=buffers, row_to_batch=case.row_to_batch)
         mx.pa_mqa_logits_mxfp4(*inputs, p, case.max_seq_len, out=out)
 
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        step()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
+    return replay_us(step, device, replays)
 
 
 def main() -> None:

@@ -20,27 +20,10 @@ import torch
 
 from ..integrations.indexer import decode_batch, random_indexer, select_topk, variant_for
 from ..plan import block_table_width, plan_buffers
+from .timing import capture
 
 GPU_DEFAULTS = {"batch": 64, "context": 32768, "hidden": 7168, "q_lora": 1536, "iters": 200}
 CPU_DEFAULTS = {"batch": 2, "context": 1024, "hidden": 256, "q_lora": 128, "iters": 3}
-
-
-def capture(fn, device: torch.device):
-    """A no-argument callable that reruns `fn` (a CUDA-graph replay on the GPU), and fn's result:
-    warmed up on a side stream first, as graph capture wants."""
-    if device.type != "cuda":
-        return fn, fn()
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream(device).wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        result = fn()
-    graph.replay()
-    return graph.replay, result
 
 
 def time_us(run, device: torch.device, iters: int, repeats: int) -> float:

@@ -66,3 +66,34 @@ def host_seconds(calls: Sequence[Callable[[], object]], device: torch.device, re
     seconds = (time.perf_counter() - start) / repeats
     torch.cuda.synchronize(device)
     return seconds
+
+def capture(fn, device: torch.device):
+    """A no-argument callable that reruns `fn` (a CUDA-graph replay on the GPU), and fn's result:
+    warmed up on a side stream first, as graph capture wants."""
+    if device.type != "cuda":
+        return fn, fn()
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        result = fn()
+    graph.replay()
+    return graph.replay, result
+
+
+def replay_us(fn, device: torch.device, replays: int = 200) -> float:
+    """Median device µs of one replay of a CUDA graph holding fn alone, each replay between its own events."""
+    replay, _ = capture(fn, device)
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)
