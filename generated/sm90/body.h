@@ -74,6 +74,10 @@ __device__ void consume(const KernelArgs& a, Shared<T>& sh, const CtaRange& rang
 template <class T>
 __global__ void __maxnreg__(T::MAX_REGISTERS) logits_kernel(const __grid_constant__ KernelArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  // Launched as a programmatic dependent (launch_kernel_of): the kernel before it in the stream may
+  // still run, so nothing in global memory is read or written before this wait, which returns once
+  // that kernel has finished and its writes are visible (at once when it was not a dependent launch).
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
   if constexpr (T::COMPACT) {  // a compact schedule: the CTA writes its range and records first
     records::expand_cta<T::Q_PER_BLOCK, T::BLOCK_K>(a, blockIdx.x, threadIdx.x, T::THREADS);
     __syncthreads();
@@ -140,6 +144,9 @@ LaunchStatus resident_ctas(K kernel, int threads, int bytes, int* count) {
 template <int QPB, int BK, int64_t STAGED>
 __global__ void __launch_bounds__(sched::kSchedThreads) schedule_kernel(const SchedArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
   MXL_DYNAMIC_SHARED(int64_t, staged);
   sched::build_schedule_block<QPB, BK, STAGED>(a, staged);
 #endif
@@ -162,6 +169,9 @@ LaunchStatus launch_schedule(const LaunchContext& ctx, const SchedArgs& args) {
 template <int QPB, int BK>
 __global__ void __launch_bounds__(sched::kSchedThreads) compact_build_kernel(const CompactArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
   MXL_DYNAMIC_SHARED(int64_t, staged_prefix);  // its own name: extern shared arrays of one name share a type
   sched::build_compact_block(a, sched::staged_prefix_bytes(a) > 0 ? staged_prefix : nullptr);
 #endif
@@ -212,8 +222,20 @@ template <class T>
 LaunchStatus launch_kernel_of(const LaunchContext& ctx, const KernelArgs& a) {
   const LaunchStatus allowed = allow_logits_bytes<T>();
   if (allowed.code != 0) return allowed;
-  body::logits_kernel<T><<<a.num_ctas, T::THREADS, kLogitsBytes<T>, static_cast<cudaStream_t>(ctx.stream)>>>(a);
-  return last_launch_status();
+  // A programmatic dependent launch: when the kernel before it releases its dependents (the plan's and
+  // the metadata's do at their start), this grid's CTAs are placed and set up while it finishes, which
+  // takes the launch gap out of a plan + op pair; after any other kernel it is an ordinary launch.
+  cudaLaunchAttribute dependent{};
+  dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  dependent.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(a.num_ctas));
+  config.blockDim = dim3(unsigned(T::THREADS));
+  config.dynamicSmemBytes = kLogitsBytes<T>;
+  config.stream = static_cast<cudaStream_t>(ctx.stream);
+  config.attrs = &dependent;
+  config.numAttrs = 1;
+  return status_of(cudaLaunchKernelEx(&config, body::logits_kernel<T>, a));
 }
 
 template <class T>
