@@ -86,11 +86,14 @@ def capture(fn, device: torch.device):
 
 
 def replay_us(fn, device: torch.device, replays: int = 200) -> float:
-    """Median device µs of one replay of a CUDA graph holding fn alone, each replay between its own events."""
+    """Median device µs of one replay of a CUDA graph holding fn alone, each replay between its own events
+    after an L2 flush (call_seconds's protocol): the replay finds a cold cache and is already enqueued when
+    the GPU reaches it, so the host's graph launch (several µs) is not in the time."""
     replay, _ = capture(fn, device)
     times = []
     for _ in range(replays):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        _flush(device)
         start.record()
         replay()
         end.record()
