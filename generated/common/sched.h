@@ -31,7 +31,7 @@ MXL_HD inline int64_t max_tiles(int64_t num_rows, int64_t batch, int q_per_block
 }
 MXL_HD inline int64_t scratch_len(int64_t num_rows, int64_t batch, int q_per_block, int64_t num_ctas) {
   const int64_t tiles = max_tiles(num_rows, batch, q_per_block);
-  return (q_per_block == 1 ? 0 : (batch + 1) + (tiles + 1)) + (tiles + 1) + (num_ctas + 1) + num_ctas + 2 * tiles;
+  return (q_per_block == 1 ? 0 : (batch + 1) + (tiles + 1)) + (tiles + 1) + (num_ctas + 1) + num_ctas;
 }
 MXL_HD inline int64_t num_records(int64_t tiles, int64_t num_ctas) { return tiles + num_ctas; }
 // Columns of block_tables a launch may read: the pages of tokens below max_seq_len (a body reads no
@@ -53,12 +53,6 @@ template <int QPB>
 MXL_HD inline int64_t* cta_units(const SchedArgs& a) { return tile_prefix<QPB>(a) + a.max_tiles + 1; }
 template <int QPB>
 MXL_HD inline int64_t* cta_bases(const SchedArgs& a) { return cta_units<QPB>(a) + a.num_ctas + 1; }
-// Each tile's union window (start in the high 32 bits, end in the low) and block_tables row, kept by the
-// weight scan ([max_tiles] each): the records read them on chip instead of the rows' windows again.
-template <int QPB>
-MXL_HD inline int64_t* tile_windows(const SchedArgs& a) { return cta_bases<QPB>(a) + a.num_ctas; }
-template <int QPB>
-MXL_HD inline int64_t* tile_batches(const SchedArgs& a) { return tile_windows<QPB>(a) + a.max_tiles; }
 
 // Largest i in [0, n) with v[i] <= x, for non-decreasing v with v[0] <= x (0 when n == 0). Halving a
 // 32-bit length (n < 2^31: the launchers bound every count) with one load and a select a step: the
@@ -104,23 +98,15 @@ struct Tile {
   int64_t first_chunk, chunks;  // chunks == 0: the tile reads and writes nothing
 };
 
-// Tile t's rows [r0, r1).
-template <int QPB>
-MXL_HD inline void tile_rows(const SchedArgs& a, int64_t t, int64_t& r0, int64_t& r1) {
-  r0 = t;
-  r1 = t + 1;
+template <int QPB, int BK>
+MXL_HD inline Tile tile_at(const SchedArgs& a, int64_t t) {
+  Tile tile{0, 0, 0, 0, 0, 0, 0};
+  int64_t r0 = t, r1 = t + 1;
   if constexpr (QPB > 1) {
     r0 = cu_tiles(a)[t];
     r1 = cu_tiles(a)[t + 1];
     if (r1 > r0 + QPB) r1 = r0 + QPB;
   }
-}
-
-template <int QPB, int BK>
-MXL_HD inline Tile tile_at(const SchedArgs& a, int64_t t) {
-  Tile tile{0, 0, 0, 0, 0, 0, 0};
-  int64_t r0, r1;
-  tile_rows<QPB>(a, t, r0, r1);
   if (r1 <= r0) return tile;
   tile.row0 = r0;
   tile.rows = r1 - r0;
@@ -159,18 +145,6 @@ MXL_HD inline int64_t tile_weight(const SchedArgs& a, const Tile& tile) {
   return tile.chunks > 0 ? tile.chunks + a.setup_chunks : 0;
 }
 
-// Tile t's weight; with `keep`, its window and row also go to the scratch for the records. Windows fit
-// 32 bits: the launchers bound every length.
-template <int QPB, int BK>
-MXL_HD inline int64_t weigh_tile(const SchedArgs& a, int64_t t, bool keep) {
-  const Tile tile = tile_at<QPB, BK>(a, t);
-  if (keep) {
-    tile_windows<QPB>(a)[t] = int64_t((uint64_t(tile.start) << 32) | uint64_t(uint32_t(tile.end)));
-    tile_batches<QPB>(a)[t] = tile.batch;
-  }
-  return tile_weight(a, tile);
-}
-
 // floor(c * total / n) without forming c * total.
 MXL_HD inline int64_t cta_first_unit(int64_t c, int64_t total, int64_t n) {
   return c * (total / n) + c * (total % n) / n;
@@ -203,12 +177,10 @@ MXL_HD inline CtaRecord record_at(const SchedArgs& a, int64_t j, int64_t c) {
   const int64_t from = chunk0 > g0 ? chunk0 : g0;
   const int64_t to = prefix[t + 1] < g1 ? prefix[t + 1] : g1;
   if (to <= from) return none;
-  int64_t r0, r1;
-  tile_rows<QPB>(a, t, r0, r1);
-  const uint64_t window = uint64_t(tile_windows<QPB>(a)[t]);
-  const int32_t start = int32_t(window >> 32), end = int32_t(uint32_t(window));
-  return CtaRecord{int32_t(r0), int32_t(r1 - r0), int32_t(tile_batches<QPB>(a)[t]),
-                   int32_t(start / BK + (from - chunk0)), int32_t(to - from), start, end};
+  const Tile tile = tile_at<QPB, BK>(a, t);
+  return CtaRecord{int32_t(tile.row0), int32_t(tile.rows), int32_t(tile.batch),
+                   int32_t(tile.first_chunk + (from - chunk0)), int32_t(to - from),
+                   int32_t(tile.start), int32_t(tile.end)};
 }
 
 // CTA c's range, `first` its first record (cta_bases[c]).
@@ -219,14 +191,14 @@ MXL_HD inline CtaRange cta_range(const SchedArgs& a, int64_t c, const CtaRecord&
   return CtaRange{int32_t(cta_bases<QPB>(a)[c]), int32_t(tile_of_unit<QPB>(a, g1 - 1) + c + 1), first};
 }
 
-// Record j, of the CTA owning it (the last whose first record is at or before j).
+// Record j, of the CTA owning it.
 template <int QPB, int BK>
 MXL_HD inline void place_record(const SchedArgs& a, int64_t j) {
   reinterpret_cast<CtaRecord*>(a.cta_info)[j] = record_at<QPB, BK>(a, j, last_at_most(cta_bases<QPB>(a), a.num_ctas, j));
 }
 
-// CTA c's range, its first record computed again rather than read back from the records (no ordering
-// between the two passes).
+// CTA c's range, its first record computed again rather than read back from the records: the two
+// passes need no ordering between them.
 template <int QPB, int BK>
 MXL_HD inline void place_range(const SchedArgs& a, int64_t c) {
   reinterpret_cast<CtaRange*>(a.cta_ranges)[c] = cta_range<QPB>(a, c, record_at<QPB, BK>(a, cta_bases<QPB>(a)[c], c));
@@ -275,7 +247,7 @@ inline void build_schedule_host(const SchedArgs& a) {
   }
   int64_t* prefix = tile_prefix<QPB>(a);
   prefix[0] = 0;
-  for (int64_t t = 0; t < a.max_tiles; ++t) prefix[t + 1] = prefix[t] + weigh_tile<QPB, BK>(a, t, true);
+  for (int64_t t = 0; t < a.max_tiles; ++t) prefix[t + 1] = prefix[t] + tile_weight(a, tile_at<QPB, BK>(a, t));
   for (int64_t c = 0; c <= a.num_ctas; ++c) cta_table_row<QPB>(a, c);
   for (int64_t j = 0; j < a.num_records; ++j) place_record<QPB, BK>(a, j);
   for (int64_t c = 0; c < a.num_ctas; ++c) place_range<QPB, BK>(a, c);

@@ -29,20 +29,16 @@ MXL_HD inline int64_t staged_bytes(const SchedArgs& a, int q_per_block) {
   return len <= STAGED ? len * int64_t(sizeof(int64_t)) : 0;
 }
 
-// out[i] = f(i, true) for i in [0, n), the indices strided over the threads (a warp's loads coalesce),
-// kBatch indices a thread at a time: f's loads for all of them go out before any result is stored (an
-// index past n evaluates f(n - 1, false), in bounds, and is dropped; f stores nothing of its own then),
-// so a thread waits one round trip per kBatch.
+// out[i] = f(i) for i in [0, n), the indices strided over the threads (a warp's loads coalesce), kBatch
+// indices a thread at a time: f's loads for all of them go out before any result is stored (an index
+// past n evaluates f(n - 1), in bounds, and is dropped), so a thread waits one round trip per kBatch.
 inline constexpr int kBatch = 4;
 template <class F>
 __device__ inline void block_evaluate(int64_t* out, int64_t n, F f) {
   for (int64_t i0 = threadIdx.x; i0 < n; i0 += kBatch * kSchedThreads) {
     int64_t v[kBatch];
 #pragma unroll
-    for (int k = 0; k < kBatch; ++k) {
-      const bool real = i0 + k * kSchedThreads < n;
-      v[k] = f(real ? i0 + k * kSchedThreads : n - 1, real);
-    }
+    for (int k = 0; k < kBatch; ++k) v[k] = f(i0 + k * kSchedThreads < n ? i0 + k * kSchedThreads : n - 1);
 #pragma unroll
     for (int k = 0; k < kBatch; ++k) {
       if (i0 + k * kSchedThreads < n) out[i0 + k * kSchedThreads] = v[k];
@@ -50,7 +46,7 @@ __device__ inline void block_evaluate(int64_t* out, int64_t n, F f) {
   }
 }
 
-// out[i] = f(0, true) + ... + f(i, true) for i in [0, n): f evaluated once per index (block_evaluate), then each
+// out[i] = f(0) + ... + f(i) for i in [0, n): f evaluated once per index (block_evaluate), then each
 // thread sums a contiguous slice of out, the slices' totals are scanned in shared memory
 // (Hillis-Steele), and each thread rewrites its slice.
 template <class F>
@@ -92,20 +88,19 @@ __device__ inline void build_schedule_block(const SchedArgs& global, int64_t* st
   if constexpr (QPB > 1) {
     int64_t* st = seq_tiles(a);
     if (tid == 0) st[0] = 0;
-    block_inclusive_scan(st + 1, a.batch, partial, [&](int64_t b, bool) { return seq_tile_count<QPB>(a, b); });
-    block_evaluate(cu_tiles(a), a.max_tiles + 1, [&](int64_t t, bool) { return cut_tile<QPB>(a, t); });
+    block_inclusive_scan(st + 1, a.batch, partial, [&](int64_t b) { return seq_tile_count<QPB>(a, b); });
+    block_evaluate(cu_tiles(a), a.max_tiles + 1, [&](int64_t t) { return cut_tile<QPB>(a, t); });
     __syncthreads();
   }
   int64_t* prefix = tile_prefix<QPB>(a);
   if (tid == 0) prefix[0] = 0;
-  block_inclusive_scan(prefix + 1, a.max_tiles, partial, [&](int64_t t, bool keep) { return weigh_tile<QPB, BK>(a, t, keep); });
+  block_inclusive_scan(prefix + 1, a.max_tiles, partial, [&](int64_t t) { return tile_weight(a, tile_at<QPB, BK>(a, t)); });
   for (int64_t c = tid; c <= a.num_ctas; c += kSchedThreads) cta_table_row<QPB>(a, c);
   __syncthreads();
-  // The records, then the ranges, as one sequence strided over the threads (the ranges go to the threads
-  // with the fewest records); no barrier between them: they write disjoint tables and read only the scratch.
-  for (int64_t i = tid; i < a.num_records + a.num_ctas; i += kSchedThreads) {
-    if (i < a.num_records) place_record<QPB, BK>(a, i); else place_range<QPB, BK>(a, i - a.num_records);
-  }
+  // The ranges by the last threads, which hold the fewest records (num_records = max_tiles + num_ctas
+  // is rarely a multiple of the block); no barrier between the passes, which write disjoint tables.
+  for (int64_t c = kSchedThreads - 1 - tid; c < a.num_ctas; c += kSchedThreads) place_range<QPB, BK>(a, c);
+  for (int64_t j = tid; j < a.num_records; j += kSchedThreads) place_record<QPB, BK>(a, j);
 }
 
 // The compact schedule's build, one block of kSchedThreads threads: the sequence weights' prefix
@@ -117,7 +112,7 @@ __device__ inline void build_compact_block(const CompactArgs& a, int64_t* staged
   const int tid = threadIdx.x;
   int64_t* prefix = staged ? staged : a.scratch;
   if (tid == 0) prefix[0] = 0;
-  block_inclusive_scan(prefix + 1, a.batch, partial, [&](int64_t b, bool) { return compact_weight(a, b); });
+  block_inclusive_scan(prefix + 1, a.batch, partial, [&](int64_t b) { return compact_weight(a, b); });
   for (int64_t c = tid; c < a.meta_rows; c += kSchedThreads) {
     if (c < a.num_ctas) compact_start_row(a, c, prefix); else compact_end_row(a, c, prefix[a.batch] > 0);
   }
