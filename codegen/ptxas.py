@@ -2,7 +2,9 @@
 its target alone and report what ptxas allocated per kernel (registers, shared memory, stack,
 spills) and a digest of each function's code (cubin.py: equal digests, the same SASS), and hold each
 function to its arch record's `ptxas` entry: stack and spill bytes within its limits, none of the
-performance warnings it refuses (sm90: a serialized wgmma pipeline). Needs nvcc only, no GPU and no
+performance warnings it refuses (sm90: a serialized wgmma pipeline), and each kernel it names a
+programmatic dependent waiting on the kernel before it before touching global memory (read in the
+PTX nvcc keeps). Needs nvcc only, no GPU and no
 torch headers (instance TUs include none). smem is static shared memory: what a body requests
 dynamically at launch is not ptxas's to see."""
 
@@ -106,11 +108,47 @@ def _cubin_path(out: Path, arch: str, instance: str) -> Path:
     return out / f"{arch}_{instance}.cubin"
 
 
+def _keep_dir(out: Path, arch: str, instance: str) -> Path:
+    """Where nvcc keeps the unit's intermediate files, its PTX among them."""
+    return out / f"{arch}_{instance}.keep"
+
+
+_PTX_ENTRY = re.compile(r"^\.(?:visible |weak )?\.entry (\S+)\(", re.M)
+# A memory instruction outside the state spaces a kernel owns or that nothing before it writes (kernel
+# parameters, shared, local, constant): what a dependent may not run before its wait.
+_PTX_MEMORY = re.compile(r"^\s*(?:@!?%p\d+\s+)?((?:ld|st|atom|red|cp|prefetch|prefetchu|multimem)\.\S*)", re.M)
+_OWN_SPACES = re.compile(r"^(?:ld|st|atom|red)\.(?:param|shared|local|const)\b|^cp\.async\.bulk\.tensor\.\w+\.shared")
+_PTX_BRANCH = re.compile(r"^\s*(?:\$\w+:|(?:@!?%p\d+\s+)?(?:bra|ret|exit)\b)", re.M)
+
+
+def ptx_entries(ptx: str) -> dict[str, str]:
+    """Each kernel's PTX body, by its mangled name."""
+    starts = [(m.group(1), m.end()) for m in _PTX_ENTRY.finditer(ptx)]
+    ends = [m.start() for m in _PTX_ENTRY.finditer(ptx)][1:] + [len(ptx)]
+    return {name: ptx[start:end] for (name, start), end in zip(starts, ends)}
+
+
+def early_access(body: str) -> str | None:
+    """Why a dependent kernel's PTX body may touch global memory before the kernel it follows has finished,
+    or None: griddepcontrol.wait must sit in its first block (no label or branch before it), before its
+    first load or store outside its own state spaces."""
+    wait = body.find("griddepcontrol.wait")
+    if wait < 0:
+        return "no griddepcontrol.wait"
+    if branch := _PTX_BRANCH.search(body, 0, wait):
+        return f"griddepcontrol.wait after `{branch.group(0).strip()}`: not in the first block"
+    for m in _PTX_MEMORY.finditer(body, 0, wait):
+        if not _OWN_SPACES.match(m.group(1)):
+            return f"`{m.group(1)}` before griddepcontrol.wait"
+    return None
+
+
 def instance_units(generated: Path, doc: dict, nvcc: str, out: Path) -> list[Unit]:
     """One compile per instance TU of every cuda arch of `doc`, its target's cubin into `out`."""
     return [
         Unit(arch, instance, tu, (
-            nvcc, "-cubin", "-o", str(_cubin_path(out, arch, instance)), "-x", "cu", str(tu), "-I", str(generated),
+            nvcc, "-cubin", "-o", str(_cubin_path(out, arch, instance)),
+            "-keep", "-keep-dir", str(_keep_dir(out, arch, instance)), "-x", "cu", str(tu), "-I", str(generated),
             *rec["flags"], *rec["device_flags"], "-Xptxas", "-v",
         ))  # fmt: skip
         for arch, instance, tu, rec in instance_tus(generated, doc, "cuda")
@@ -146,6 +184,16 @@ def _compile(unit: Unit) -> subprocess.CompletedProcess:
     return subprocess.run(unit.command, capture_output=True, text=True, check=False)
 
 
+def _dependent_failures(record: dict, demangled: str, body: str | None) -> list[str]:
+    """The record's `dependents` rule broken by one function, or []."""
+    pattern = record.get("dependents")
+    if not pattern or body is None or not re.search(pattern, demangled):
+        return []
+    why = early_access(body)
+    return [f"launched as a programmatic dependent, it may access global memory before the kernel it follows "
+            f"ends: {why}"] if why else []  # fmt: skip
+
+
 def held(record: dict) -> str:
     """What an arch record's `ptxas` entry holds its functions to, in words: 'no spills, no stack frames,
     no serialized wgmma' for sm90's."""
@@ -154,7 +202,8 @@ def held(record: dict) -> str:
              "max_stack_bytes": ("no stack frames", "stack frames of at most {} bytes")}  # fmt: skip
     said = [none if limits[key] == 0 else some.format(limits[key]) for key, (none, some) in words.items()
             if key in limits]  # fmt: skip
-    return ", ".join(said + [f"no {meaning}" for meaning in record["refuse"]]) or "nothing held"
+    waits = ["dependents wait before touching global memory"] if record.get("dependents") else []
+    return ", ".join(said + [f"no {meaning}" for meaning in record["refuse"]] + waits) or "nothing held"
 
 
 def report(generated: Path) -> int:
@@ -171,10 +220,17 @@ def report(generated: Path) -> int:
     with tempfile.TemporaryDirectory(prefix="mxlogits-ptxas-") as tmp:
         out = Path(tmp)
         units = instance_units(generated, doc, nvcc, out)
+        for u in units:
+            _keep_dir(out, u.arch, u.instance).mkdir()
         with ThreadPoolExecutor(JOBS) as pool:
             results = list(pool.map(_compile, units))
         codes = {
             u: code_digests(_cubin_path(out, u.arch, u.instance).read_bytes())
+            for u, r in zip(units, results)
+            if r.returncode == 0
+        }
+        ptx = {
+            u: ptx_entries((_keep_dir(out, u.arch, u.instance) / f"{u.tu.stem}.ptx").read_text())
             for u, r in zip(units, results)
             if r.returncode == 0
         }
@@ -197,7 +253,10 @@ def report(generated: Path) -> int:
     records = {a: rec["ptxas"] or {"limits": {}, "refuse": {}} for a, rec in doc["arches"].items()}
     for arch in sorted({u.arch for u in units if not doc["arches"][u.arch]["ptxas"]}):
         print(f"mxlogits-gen: arch {arch} has no ptxas entry: nothing held beyond compiling")
-    dirty = [(u, f, f.failures(records[u.arch])) for u, f in rows]
+    dirty = [
+        (u, f, f.failures(records[u.arch]) + _dependent_failures(records[u.arch], names[f.name], ptx[u].get(f.name)))
+        for u, f in rows
+    ]
     dirty = [(u, f, why) for u, f, why in dirty if why]
     for u, f, why in dirty:
         print(f"mxlogits-gen: {u.arch} {u.instance}: {names[f.name]}: {'; '.join(why)}", file=sys.stderr)

@@ -116,10 +116,13 @@ class Isa:
 @dataclass(frozen=True)
 class Ptxas:
     """What ptxas may report of a cuda arch's functions (checked by `mxlogits-gen --ptxas`, not by the
-    templates): every function within `limits`, and no performance warning matching a `refuse` pattern."""
+    templates): every function within `limits`, no performance warning matching a `refuse` pattern, and
+    every kernel named by `dependents` waiting on the kernel before it (griddepcontrol.wait) before its
+    first access to global memory."""
 
     limits: tuple[tuple[str, int], ...]  # (PTXAS_LIMITS key, value)
     refuse: tuple[tuple[str, str], ...]  # (what the warning means, regex over its text)
+    dependents: str | None  # regex over a kernel's demangled name: launched as a programmatic dependent
 
 
 @dataclass(frozen=True)
@@ -369,8 +372,9 @@ def _isa(r: _Reader, node: yaml.Node, key: str) -> Isa:
 
 
 def _ptxas(r: _Reader, node: yaml.Node, key: str) -> Ptxas:
-    """`ptxas: {max_stack_bytes: N, max_spill_bytes: N, refuse: {meaning: regex, ...}}`, every key optional."""
-    m = r.mapping(node, key, ("refuse",) + tuple(PTXAS_LIMITS), ())
+    """`ptxas: {max_stack_bytes: N, max_spill_bytes: N, refuse: {meaning: regex, ...}, dependents: regex}`,
+    every key optional."""
+    m = r.mapping(node, key, ("refuse", "dependents") + tuple(PTXAS_LIMITS), ())
     limits = tuple(
         (name, r.integer(m[name], f"{key}.{name}", f"an integer in [0, {INT32_MAX}]", lambda v: 0 <= v <= INT32_MAX))
         for name in PTXAS_LIMITS
@@ -385,7 +389,9 @@ def _ptxas(r: _Reader, node: yaml.Node, key: str) -> Ptxas:
             if meaning in dict(refuse):
                 raise r.error(knode, f"{key}.refuse.{meaning}", "each meaning once", "a duplicate key")
             refuse.append((meaning, r.regex(vnode, f"{key}.refuse.{meaning}", "a regular expression over a warning")))
-    return Ptxas(limits, tuple(refuse))
+    dependents = r.regex(m["dependents"], f"{key}.dependents", "a regular expression over a kernel's name") \
+        if "dependents" in m else None  # fmt: skip
+    return Ptxas(limits, tuple(refuse), dependents)
 
 
 def _setup_tokens(r: _Reader, node: yaml.Node, key: str) -> SetupTokens:

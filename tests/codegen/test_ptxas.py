@@ -13,7 +13,7 @@ import pytest
 from mxlogits_codegen.cli import main as gen_main
 from mxlogits_codegen.cubin import code_digests
 from mxlogits_codegen.family import device_flags
-from mxlogits_codegen.ptxas import held, parse_ptxas, short_name
+from mxlogits_codegen.ptxas import early_access, held, parse_ptxas, ptx_entries, short_name
 from mxlogits_codegen.table import TableError, load_table
 from support.checkout import GENERATED, STUB_ARCHES, TEMPLATES
 from support.stubs import render_stub
@@ -95,9 +95,50 @@ def test_parser_flags_a_serialized_wgmma_pipeline():
 
 
 def test_the_summary_says_what_the_record_holds():
-    assert held(SM90) == "no spills, no stack frames, no serialized wgmma"
+    assert held(SM90) == (
+        "no spills, no stack frames, no serialized wgmma, dependents wait before touching global memory"
+    )
     assert held({"limits": {"max_stack_bytes": 64}, "refuse": {}}) == "stack frames of at most 64 bytes"
     assert held({"limits": {}, "refuse": {}}) == "nothing held"
+
+
+# The head of a dependent kernel's PTX as nvcc 13.0 writes it (sm_90a), the wait in its first block.
+PTX_WAITS = """\
+\tld.param.u64 \t%rd1, [_Z1kPi_param_0];
+\tmov.u32 \t%r1, %tid.x;
+\tmbarrier.init.shared.b64 \t[%r2], 1;
+\tst.shared.u32 \t[%r3], %r1;
+\tgriddepcontrol.wait;
+\tld.global.nc.u32 \t%r4, [%rd1];
+\t@%p1 bra \t$L__BB0_2;
+"""
+
+
+@pytest.mark.parametrize(
+    "body, why",
+    [
+        (PTX_WAITS, None),
+        (PTX_WAITS.replace("\tgriddepcontrol.wait;\n", ""), "no griddepcontrol.wait"),
+        (PTX_WAITS.replace("\tgriddepcontrol.wait;\n", "").replace("[%rd1];\n", "[%rd1];\n\tgriddepcontrol.wait;\n"),
+         "`ld.global.nc.u32` before griddepcontrol.wait"),
+        ("\tst.u64 \t[%rd2], %rd3;\n" + PTX_WAITS, "`st.u64` before griddepcontrol.wait"),  # generic: may be global
+        ("\t@%p2 red.global.add.u32 \t[%rd2], 1;\n" + PTX_WAITS, "`red.global.add.u32` before"),
+        ("\tcp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r5], [%rd1], 64, [%r2];\n" + PTX_WAITS,
+         "`cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes` before"),
+        ("\t@%p1 bra \t$L__BB0_1;\n$L__BB0_1:\n" + PTX_WAITS,
+         "griddepcontrol.wait after `@%p1 bra`: not in the first block"),
+    ],
+)
+def test_a_dependent_waits_in_its_first_block_before_global_memory(body, why):
+    found = early_access(body)
+    assert found == why if why is None else found.startswith(why)
+
+
+def test_ptx_entries_split_the_module_by_kernel():
+    ptx = f".version 8.8\n.visible .entry _Z1av(\n)\n{{\n{PTX_WAITS}}}\n.visible .entry _Z1bv(\n)\n{{\n\tret;\n}}\n"
+    entries = ptx_entries(ptx)
+    assert list(entries) == ["_Z1av", "_Z1bv"]
+    assert early_access(entries["_Z1av"]) is None and early_access(entries["_Z1bv"]) == "no griddepcontrol.wait"
 
 
 def test_short_name_drops_return_type_parameters_and_namespaces():
@@ -190,6 +231,17 @@ def test_spilling_instance_fails_and_is_named(tmp_path, capsys):
 
 
 @needs_nvcc
+def test_a_dependent_that_does_not_wait_fails_and_is_named(tmp_path, capsys):
+    """The stub's logits kernel has no griddepcontrol.wait: named a dependent, the report fails on it alone."""
+    table = TABLE.replace("max_spill_bytes: 0}", "max_spill_bytes: 0, dependents: 'logits_kernel<'}")
+    generated = render_stub(tmp_path, table)
+    assert gen_main(["--ptxas", "--out", str(generated)]) == 1
+    (failure,) = capsys.readouterr().err.strip().splitlines()
+    assert failure.startswith("mxlogits-gen: stubcuda clean: void mxlogits::stubcuda::logits_kernel<")
+    assert failure.endswith("may access global memory before the kernel it follows ends: no griddepcontrol.wait")
+
+
+@needs_nvcc
 def test_an_arch_without_a_ptxas_entry_is_held_to_nothing(tmp_path, capsys):
     table = (TABLE + SPILLING).replace("    ptxas: {max_stack_bytes: 0, max_spill_bytes: 0}\n", "")
     generated = render_stub(tmp_path, table)
@@ -204,9 +256,11 @@ def test_an_arch_without_a_ptxas_entry_is_held_to_nothing(tmp_path, capsys):
         (("max_spill_bytes: 0}", "max_spill_bytes: -1}"),
          ":17:50: arches[1].ptxas.max_spill_bytes: expected an integer in [0, "),
         (("max_spill_bytes: 0}", "max_spills: 0}"),
-         ":17:33: arches[1].ptxas.max_spills: expected one of ['max_spill_bytes', "),
+         ":17:33: arches[1].ptxas.max_spills: expected one of ['dependents', 'max_spill_bytes', "),
         (("max_spill_bytes: 0}", "refuse: {slow: '(C75'}}"),
          ":17:48: arches[1].ptxas.refuse.slow: expected a valid regular "),
+        (("max_spill_bytes: 0}", "dependents: 'logits_kernel<('}"),
+         ":17:45: arches[1].ptxas.dependents: expected a valid regular "),
         (("family: cuda\n    target: sm_90a", "family: hip\n    target: gfx950"),
          ":17:12: arches[1].ptxas: expected ptxas limits on a cuda arch only"),
     ],
