@@ -4,8 +4,7 @@ spills) and a digest of each function's code (cubin.py: equal digests, the same 
 function to its arch record's `ptxas` entry: stack and spill bytes within its limits, none of the
 performance warnings it refuses (sm90: a serialized wgmma pipeline), and each kernel it names a
 programmatic dependent waiting on the kernel before it before touching global memory (read in the
-PTX nvcc keeps). Needs nvcc only, no GPU and no
-torch headers (instance TUs include none). smem is static shared memory: what a body requests
+PTX nvcc keeps). Needs nvcc only, no GPU and no torch headers (instance TUs include none). smem is static shared memory: what a body requests
 dynamically at launch is not ptxas's to see."""
 
 from __future__ import annotations

@@ -194,7 +194,8 @@ MXL_HD inline CtaRange cta_range(const SchedArgs& a, int64_t c, const CtaRecord&
 // Record j, of the CTA owning it.
 template <int QPB, int BK>
 MXL_HD inline void place_record(const SchedArgs& a, int64_t j) {
-  reinterpret_cast<CtaRecord*>(a.cta_info)[j] = record_at<QPB, BK>(a, j, last_at_most(cta_bases<QPB>(a), a.num_ctas, j));
+  const int64_t c = last_at_most(cta_bases<QPB>(a), a.num_ctas, j);
+  reinterpret_cast<CtaRecord*>(a.cta_info)[j] = record_at<QPB, BK>(a, j, c);
 }
 
 // CTA c's range, its first record computed again rather than read back from the records: the two

@@ -67,6 +67,7 @@ def host_seconds(calls: Sequence[Callable[[], object]], device: torch.device, re
     torch.cuda.synchronize(device)
     return seconds
 
+
 def capture(fn, device: torch.device):
     """A no-argument callable that reruns `fn` (a CUDA-graph replay on the GPU), and fn's result:
     warmed up on a side stream first, as graph capture wants."""
