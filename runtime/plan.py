@@ -99,9 +99,8 @@ def plan_buffers(
     """Allocate the schedule storage for up to `total_q` rows in `batch` sequences.
 
     `variant`: a name, an MqaLogitsVariant or None (the arch's default). `num_ctas`: the grid
-    of the logits launch (default: the variant's cta_resident; on a GPU at most the CTAs the
-    device holds at once, so a part with fewer SMs than the tuning GPU runs one wave). Builds the
-    arch's module on first use.
+    of the logits launch (default: on a GPU the CTAs the device holds at once, one wave over all
+    its SMs; on the host, the variant's cta_resident). Builds the arch's module on first use.
     """
     count_arg(total_q, "total_q", 0)
     count_arg(batch, "batch", 0)

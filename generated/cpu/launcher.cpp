@@ -571,7 +571,8 @@ void dispatch(int64_t q_per_block, int64_t block_k, F&& f) {
        (long long)q_per_block, (long long)block_k);
 }
 
-// The grid of a plan that names none: the instance's cta_resident.
+// The grid of a plan that names none:
+// the instance's cta_resident.
 template <class T>
 int64_t default_grid(c10::Device device) {
   (void)device;

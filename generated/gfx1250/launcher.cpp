@@ -594,9 +594,10 @@ void dispatch(int64_t q_per_block, int64_t block_k, F&& f) {
        (long long)q_per_block, (long long)block_k);
 }
 
-// The grid of a plan that names none: the instance's cta_resident, at most the CTAs the device
-// holds at once. cta_resident is tuned on one GPU (one CTA per SM of an H200 for sm90); on a part with
-// fewer multiprocessors the CTAs past one wave would run after the others, doubling the call.
+// The grid of a plan that names none: one wave of the device, the logits kernel's occupancy times its
+// multiprocessors (the launch context's), so every multiprocessor of any part gets its CTAs and none a second
+// round (132 on the H100 and the H200, one CTA per SM for sm90). cta_resident names the grid the instance was
+// tuned and benched at; it is the default only where there is no device to ask (the host, the emulation).
 template <class T>
 int64_t default_grid(c10::Device device) {
 #if defined(MXLOGITS_EMULATE)
@@ -609,7 +610,7 @@ int64_t default_grid(c10::Device device) {
   check_launch(logits_ctas_per_sm<T>(&per_sm), "schedule_sizes (the logits kernel's occupancy)");
   MXL_CHECK(per_sm > 0, "mxlogits[gfx1250] schedule_sizes: the logits kernel of (q_per_block, block_k) = "
             "(%d, %d) fits no multiprocessor of device %d", T::Q_PER_BLOCK, T::BLOCK_K, ctx.device);
-  return std::min<int64_t>(T::CTA_RESIDENT, int64_t(per_sm) * ctx.sm_count);
+  return int64_t(per_sm) * ctx.sm_count;
 #endif
 }
 

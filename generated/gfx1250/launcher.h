@@ -11,7 +11,7 @@ namespace mxlogits::gfx1250 {
 
 // [num_ctas, num_records, scratch_len, max_tiles, kRecordInts, kRangeInts] of a plan on `device`: its
 // buffers are cta_info [num_records, kRecordInts], cta_ranges [num_ctas, kRangeInts] and scratch
-// [scratch_len]; num_ctas 0: the default grid (the instance's cta_resident, at most one wave of the device).
+// [scratch_len]; num_ctas 0: the default grid (one wave of the device).
 std::vector<int64_t> schedule_sizes(c10::Device device, int64_t num_rows, int64_t batch, int64_t q_per_block,
                                     int64_t block_k, int64_t num_ctas);
 
