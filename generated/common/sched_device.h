@@ -10,14 +10,21 @@
 
 namespace mxlogits::sched {
 
+// Threads of the builder's one block: 512; a plan of kWideFrom tiles or more takes kWideThreads. A large
+// plan's records and tiles run as several dependent chains a thread, and more warps hide more of their
+// latency; a small plan's scans and barriers cost more in a wider block (docs/schedule.md, the H100's
+// kernel times). The metadata build always takes 512.
 inline constexpr int kSchedThreads = 512;
+inline constexpr int kWideThreads = 1024;
+inline constexpr int64_t kWideFrom = 2048;
+MXL_HD inline int sched_threads(int64_t max_tiles) { return max_tiles >= kWideFrom ? kWideThreads : kSchedThreads; }
 // Scratch entries the builder stages in shared memory: every record's binary searches over the tile
 // tables then read on-chip instead of chasing global memory, which is most of the plan's time. At
 // most 200 KiB, and at most what a CTA of the arch may allocate (`shared_bytes`, its budget in
-// instances.yaml) beside the scans' partial sums: 160 KiB on gfx950, whose launch of more fails.
-// Larger plans use the scratch in global memory, with the same results.
+// instances.yaml) beside the scans' partial sums of the widest block: 160 KiB on gfx950, whose launch
+// of more fails. Larger plans use the scratch in global memory, with the same results.
 constexpr int64_t staged_scratch(int64_t shared_bytes) {
-  const int64_t fits = (shared_bytes - kSchedThreads * int64_t(sizeof(int64_t))) / int64_t(sizeof(int64_t));
+  const int64_t fits = (shared_bytes - kWideThreads * int64_t(sizeof(int64_t))) / int64_t(sizeof(int64_t));
   return fits < 200 * 1024 / int64_t(sizeof(int64_t)) ? fits : 200 * 1024 / int64_t(sizeof(int64_t));
 }
 
@@ -33,15 +40,15 @@ MXL_HD inline int64_t staged_bytes(const SchedArgs& a, int q_per_block) {
 // indices a thread at a time: f's loads for all of them go out before any result is stored (an index
 // past n evaluates f(n - 1), in bounds, and is dropped), so a thread waits one round trip per kBatch.
 inline constexpr int kBatch = 4;
-template <class F>
+template <int THREADS, class F>
 __device__ inline void block_evaluate(int64_t* out, int64_t n, F f) {
-  for (int64_t i0 = threadIdx.x; i0 < n; i0 += kBatch * kSchedThreads) {
+  for (int64_t i0 = threadIdx.x; i0 < n; i0 += kBatch * THREADS) {
     int64_t v[kBatch];
 #pragma unroll
-    for (int k = 0; k < kBatch; ++k) v[k] = f(i0 + k * kSchedThreads < n ? i0 + k * kSchedThreads : n - 1);
+    for (int k = 0; k < kBatch; ++k) v[k] = f(i0 + k * THREADS < n ? i0 + k * THREADS : n - 1);
 #pragma unroll
     for (int k = 0; k < kBatch; ++k) {
-      if (i0 + k * kSchedThreads < n) out[i0 + k * kSchedThreads] = v[k];
+      if (i0 + k * THREADS < n) out[i0 + k * THREADS] = v[k];
     }
   }
 }
@@ -49,21 +56,21 @@ __device__ inline void block_evaluate(int64_t* out, int64_t n, F f) {
 // out[i] = f(0) + ... + f(i) for i in [0, n): f evaluated once per index (block_evaluate), then each
 // thread sums a contiguous slice of out, the slices' totals are scanned in shared memory
 // (Hillis-Steele), and each thread rewrites its slice.
-template <class F>
+template <int THREADS, class F>
 __device__ inline void block_inclusive_scan(int64_t* out, int64_t n, int64_t* partial, F f) {
   const int tid = threadIdx.x;
-  block_evaluate(out, n, f);
+  block_evaluate<THREADS>(out, n, f);
   __syncthreads();
-  const int64_t per = (n + kSchedThreads - 1) / kSchedThreads;
+  const int64_t per = (n + THREADS - 1) / THREADS;
   const int64_t lo = tid * per < n ? tid * per : n;
   const int64_t hi = lo + per < n ? lo + per : n;
   int64_t sum = 0;
   for (int64_t i = lo; i < hi; ++i) sum += out[i];
   partial[tid] = sum;
   __syncthreads();
-  // Below kSchedThreads entries only the first n slices hold any: the scan's rounds stop at them (a
-  // decode plan's hundred rows take 7 of the block's 9 rounds, one row none).
-  const int64_t slices = n < kSchedThreads ? n : kSchedThreads;
+  // Below THREADS entries only the first n slices hold any: the scan's rounds stop at them (a decode
+  // plan's hundred rows take 7 of the 512-thread block's 9 rounds, one row none).
+  const int64_t slices = n < THREADS ? n : THREADS;
   for (int step = 1; step < slices; step *= 2) {
     const int64_t add = tid >= step ? partial[tid - step] : 0;
     __syncthreads();
@@ -75,11 +82,11 @@ __device__ inline void block_inclusive_scan(int64_t* out, int64_t n, int64_t* pa
   __syncthreads();  // the next phase reads what other threads wrote
 }
 
-// Launched as one block of kSchedThreads threads with staged_bytes<STAGED>() of dynamic shared memory
-// at `staged`; writes what build_schedule_host writes.
-template <int QPB, int BK, int64_t STAGED>
+// Launched as one block of THREADS threads (sched_threads of the plan) with staged_bytes<STAGED>() of
+// dynamic shared memory at `staged`; writes what build_schedule_host writes.
+template <int QPB, int BK, int64_t STAGED, int THREADS>
 __device__ inline void build_schedule_block(const SchedArgs& global, int64_t* staged) {
-  using Partial = int64_t[kSchedThreads];
+  using Partial = int64_t[THREADS];
   MXL_SHARED(Partial, partial);
   const int tid = threadIdx.x;
   const int64_t staged_len = staged_bytes<STAGED>(global, QPB) / int64_t(sizeof(int64_t));
@@ -88,19 +95,20 @@ __device__ inline void build_schedule_block(const SchedArgs& global, int64_t* st
   if constexpr (QPB > 1) {
     int64_t* st = seq_tiles(a);
     if (tid == 0) st[0] = 0;
-    block_inclusive_scan(st + 1, a.batch, partial, [&](int64_t b) { return seq_tile_count<QPB>(a, b); });
-    block_evaluate(cu_tiles(a), a.max_tiles + 1, [&](int64_t t) { return cut_tile<QPB>(a, t); });
+    block_inclusive_scan<THREADS>(st + 1, a.batch, partial, [&](int64_t b) { return seq_tile_count<QPB>(a, b); });
+    block_evaluate<THREADS>(cu_tiles(a), a.max_tiles + 1, [&](int64_t t) { return cut_tile<QPB>(a, t); });
     __syncthreads();
   }
   int64_t* prefix = tile_prefix<QPB>(a);
   if (tid == 0) prefix[0] = 0;
-  block_inclusive_scan(prefix + 1, a.max_tiles, partial, [&](int64_t t) { return tile_weight(a, tile_at<QPB, BK>(a, t)); });
-  for (int64_t c = tid; c <= a.num_ctas; c += kSchedThreads) cta_table_row<QPB>(a, c);
+  block_inclusive_scan<THREADS>(prefix + 1, a.max_tiles, partial,
+                                [&](int64_t t) { return tile_weight(a, tile_at<QPB, BK>(a, t)); });
+  for (int64_t c = tid; c <= a.num_ctas; c += THREADS) cta_table_row<QPB>(a, c);
   __syncthreads();
   // The ranges by the last threads, which hold the fewest records (num_records = max_tiles + num_ctas
   // is rarely a multiple of the block); no barrier between the passes, which write disjoint tables.
-  for (int64_t c = kSchedThreads - 1 - tid; c < a.num_ctas; c += kSchedThreads) place_range<QPB, BK>(a, c);
-  for (int64_t j = tid; j < a.num_records; j += kSchedThreads) place_record<QPB, BK>(a, j);
+  for (int64_t c = THREADS - 1 - tid; c < a.num_ctas; c += THREADS) place_range<QPB, BK>(a, c);
+  for (int64_t j = tid; j < a.num_records; j += THREADS) place_record<QPB, BK>(a, j);
 }
 
 // The compact schedule's build, one block of kSchedThreads threads: the sequence weights' prefix
@@ -112,7 +120,7 @@ __device__ inline void build_compact_block(const CompactArgs& a, int64_t* staged
   const int tid = threadIdx.x;
   int64_t* prefix = staged ? staged : a.scratch;
   if (tid == 0) prefix[0] = 0;
-  block_inclusive_scan(prefix + 1, a.batch, partial, [&](int64_t b) { return compact_weight(a, b); });
+  block_inclusive_scan<kSchedThreads>(prefix + 1, a.batch, partial, [&](int64_t b) { return compact_weight(a, b); });
   for (int64_t c = tid; c < a.meta_rows; c += kSchedThreads) {
     if (c < a.num_ctas) compact_start_row(a, c, prefix); else compact_end_row(a, c, prefix[a.batch] > 0);
   }

@@ -187,24 +187,30 @@ LaunchStatus resident_ctas(K kernel, int threads, int bytes, int* count) {
       hipOccupancyMaxActiveBlocksPerMultiprocessor(count, reinterpret_cast<const void*>(kernel), threads, bytes));
 }
 
-template <int QPB, int BK, int64_t STAGED>
-__global__ void __launch_bounds__(sched::kSchedThreads) schedule_kernel(const SchedArgs a) {
+template <int QPB, int BK, int64_t STAGED, int THREADS>
+__global__ void __launch_bounds__(THREADS) schedule_kernel(const SchedArgs a) {
 #if (defined(__HIP_DEVICE_COMPILE__) && defined(__gfx1250__)) || defined(MXLOGITS_EMULATE_GFX1250)
   MXL_DYNAMIC_SHARED(int64_t, staged);
-  sched::build_schedule_block<QPB, BK, STAGED>(a, staged);
+  sched::build_schedule_block<QPB, BK, STAGED, THREADS>(a, staged);
 #endif
 }
 
-template <class T>
-LaunchStatus launch_schedule(const LaunchContext& ctx, const SchedArgs& args) {
+template <class T, int THREADS>
+LaunchStatus launch_schedule_with(const LaunchContext& ctx, const SchedArgs& args) {
   constexpr int64_t kStaged = sched::staged_scratch(T::SHARED_BYTES);
-  const auto kernel = schedule_kernel<T::Q_PER_BLOCK, T::BLOCK_K, kStaged>;
+  const auto kernel = schedule_kernel<T::Q_PER_BLOCK, T::BLOCK_K, kStaged, THREADS>;
   const int bytes = int(sched::staged_bytes<kStaged>(args, T::Q_PER_BLOCK));
   const LaunchStatus allowed = status_of(hipFuncSetAttribute(reinterpret_cast<const void*>(kernel),
                                                                    hipFuncAttributeMaxDynamicSharedMemorySize, bytes));
   if (allowed.code != 0) return allowed;
-  hipLaunchKernelGGL(kernel, dim3(1), dim3(sched::kSchedThreads), bytes, static_cast<hipStream_t>(ctx.stream), args);
+  hipLaunchKernelGGL(kernel, dim3(1), dim3(THREADS), bytes, static_cast<hipStream_t>(ctx.stream), args);
   return last_launch_status();
+}
+
+template <class T>
+LaunchStatus launch_schedule(const LaunchContext& ctx, const SchedArgs& args) {
+  return sched::sched_threads(args.max_tiles) == sched::kWideThreads ? launch_schedule_with<T, sched::kWideThreads>(ctx, args)
+                                                                     : launch_schedule_with<T, sched::kSchedThreads>(ctx, args);
 }
 
 // One kernel per instance TU (a template, so the TUs of one module share no symbol); the build itself

@@ -159,7 +159,7 @@ def test_clean_stub_arch_reports_every_kernel(tmp_path, capsys):
     listed = [line.split() for line in out.splitlines() if line.startswith("stubisa ")]
     rows = {r[2]: r for r in listed}
     assert sorted(rows) == ["compact_build_kernel", "logits_kernel", "quantize_kernel", "schedule_kernel"]
-    assert len(listed) == 6  # a quantize kernel per input dtype
+    assert len(listed) == 7  # a quantize kernel per input dtype, a schedule kernel per block width
     assert all(r[1] == "clean" for r in rows.values())
     assert rows["schedule_kernel"][-1] == "0" and int(rows["logits_kernel"][-1]) >= 1  # the fp4 MFMA is the logits kernel's
     assert "qlen1_kv64" not in out and "within the arch records' isa limits" in out  # no host arch row
@@ -189,7 +189,7 @@ def test_a_kernel_over_its_arch_limit_fails(tmp_path, capsys, limit, message):
     key = limit.split(":")[0]
     rc, _, err = run_isa(render_stub(tmp_path, STUB.replace(limit, f"{key}: 16")), capsys)
     assert rc == 1
-    assert re.search(rf"stubisa clean: void mxlogits::stubisa::schedule_kernel<1, 64, \d+l>\(mxlogits::SchedArgs\): {message}", err)
+    assert re.search(rf"stubisa clean: void mxlogits::stubisa::schedule_kernel<1, 64, \d+l, 512>\(mxlogits::SchedArgs\): {message}", err)
     assert re.search(rf"{message} \(instances.yaml: isa\)", err)
 
 
@@ -269,7 +269,7 @@ def test_real_amd_instances_are_within_their_records(real_isa):
     for inst in doc["instances"]:
         if inst["arch"] in HIP_ARCHES:
             rows = [line.split() for line in out.splitlines() if line.split()[:2] == [inst["arch"], inst["name"]]]
-            kernels = ["compact_build_kernel"] + ["logits_kernel"] * 2 + ["quantize_kernel"] * 3 + ["schedule_kernel"]
+            kernels = ["compact_build_kernel"] + ["logits_kernel"] * 2 + ["quantize_kernel"] * 3 + ["schedule_kernel"] * 2
             assert sorted(r[2] for r in rows) == kernels, (inst, out)
     for arch in HIP_ARCHES:
         assert doc["arches"][arch]["isa"]["expect"] and doc["arches"][arch]["isa"]["limits"], arch
