@@ -149,10 +149,9 @@ MXL_HD inline int64_t compact_workspace(int64_t num_records, int64_t num_ctas, i
 // would be read: thread `tid` of `threads` writes records begin + tid, begin + tid + threads, ... of
 // the CTA's range and, for ends stated per sequence, the window ends of those records' rows (a row
 // a piece of whose tile another CTA holds gets the same end from that CTA too); thread 0 writes the
-// range, and into `mine` too when given (a body may read it there, on chip, after the barrier). After a
-// barrier the CTA reads them as a plan's.
+// range. After a barrier the CTA reads them as a plan's.
 template <int QPB, int BK>
-MXL_HD inline void expand_cta(const KernelArgs& a, int32_t c, int32_t tid, int32_t threads, CtaRange* mine = nullptr) {
+MXL_HD inline void expand_cta(const KernelArgs& a, int32_t c, int32_t tid, int32_t threads) {
   const CompactView v = compact_view(a);
   const CompactSpan s = compact_span(v, c);
   const int32_t per = int32_t(compact_tiles_per_seq<QPB>(v.next_n));
@@ -169,10 +168,7 @@ MXL_HD inline void expand_cta(const KernelArgs& a, int32_t c, int32_t tid, int32
   }
   if (tid == 0) {
     auto* ranges = reinterpret_cast<CtaRange*>(a.compact_out + compact_ranges_at(a.num_records));
-    const CtaRange range =
-        none ? CtaRange{} : CtaRange{int32_t(begin), int32_t(end), compact_record<QPB, BK>(v, s, s.seq0, 0)};
-    ranges[c] = range;
-    if (mine) *mine = range;
+    ranges[c] = none ? CtaRange{} : CtaRange{int32_t(begin), int32_t(end), compact_record<QPB, BK>(v, s, s.seq0, 0)};
   }
 }
 

@@ -10,14 +10,17 @@
 
 namespace mxlogits::sched {
 
-// Threads of the builder's one block: 512; a plan of kWideFrom tiles or more takes kWideThreads. A large
-// plan's records and tiles run as several dependent chains a thread, and more warps hide more of their
-// latency; a small plan's scans and barriers cost more in a wider block (docs/schedule.md, the H100's
-// kernel times). The metadata build always takes 512.
+// Threads of the builder's one block: 512; a plan of kWideFrom tiles or more cut from sequences
+// (q_per_block > 1) takes kWideThreads. Its records and tiles run as several dependent chains a thread,
+// and more warps hide more of their latency; a small plan's scans and barriers cost more in a wider block,
+// and so did 4,096 single-row tiles (docs/schedule.md, the H100's kernel times). The metadata build
+// always takes 512.
 inline constexpr int kSchedThreads = 512;
 inline constexpr int kWideThreads = 1024;
 inline constexpr int64_t kWideFrom = 2048;
-MXL_HD inline int sched_threads(int64_t max_tiles) { return max_tiles >= kWideFrom ? kWideThreads : kSchedThreads; }
+MXL_HD inline int sched_threads(int64_t max_tiles, int q_per_block) {
+  return q_per_block > 1 && max_tiles >= kWideFrom ? kWideThreads : kSchedThreads;
+}
 // Scratch entries the builder stages in shared memory: every record's binary searches over the tile
 // tables then read on-chip instead of chasing global memory, which is most of the plan's time. At
 // most 200 KiB, and at most what a CTA of the arch may allocate (`shared_bytes`, its budget in

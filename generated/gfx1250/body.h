@@ -209,8 +209,12 @@ LaunchStatus launch_schedule_with(const LaunchContext& ctx, const SchedArgs& arg
 
 template <class T>
 LaunchStatus launch_schedule(const LaunchContext& ctx, const SchedArgs& args) {
-  return sched::sched_threads(args.max_tiles) == sched::kWideThreads ? launch_schedule_with<T, sched::kWideThreads>(ctx, args)
-                                                                     : launch_schedule_with<T, sched::kSchedThreads>(ctx, args);
+  if constexpr (T::Q_PER_BLOCK > 1) {
+    if (sched::sched_threads(args.max_tiles, T::Q_PER_BLOCK) == sched::kWideThreads) {
+      return launch_schedule_with<T, sched::kWideThreads>(ctx, args);
+    }
+  }
+  return launch_schedule_with<T, sched::kSchedThreads>(ctx, args);
 }
 
 // One kernel per instance TU (a template, so the TUs of one module share no symbol); the build itself

@@ -78,19 +78,14 @@ __global__ void __maxnreg__(T::MAX_REGISTERS) logits_kernel(const __grid_constan
   // still run, so nothing in global memory is read or written before this wait, which returns once
   // that kernel has finished and its writes are visible (at once when it was not a dependent launch).
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  if constexpr (T::COMPACT) {  // a compact schedule: the CTA writes its range and records first
+    records::expand_cta<T::Q_PER_BLOCK, T::BLOCK_K>(a, blockIdx.x, threadIdx.x, T::THREADS);
+    __syncthreads();
+  }
   extern __shared__ __align__(128) uint8_t shared_bytes[];
   Shared<T>& sh = *reinterpret_cast<Shared<T>*>(shared_bytes);
-  // The range and the first record: a plan's in flight during the setup; a compact schedule's computed by
-  // the CTA (its records written to global memory, its range also kept on chip) before the setup's barrier.
-  CtaRange range;
-  CtaRange* expanded = nullptr;
-  if constexpr (T::COMPACT) {
-    MXL_SHARED(CtaRange, on_chip);  // in the compact kernels only: the plan kernels keep their layout
-    expanded = &on_chip;
-    records::expand_cta<T::Q_PER_BLOCK, T::BLOCK_K>(a, blockIdx.x, threadIdx.x, T::THREADS, expanded);
-  } else {
-    range = reinterpret_cast<const CtaRange*>(a.cta_ranges)[blockIdx.x];
-  }
+  // The range and the first record, in flight during the setup.
+  const CtaRange range = reinterpret_cast<const CtaRange*>(a.cta_ranges)[blockIdx.x];
   // Lane 0 of warp w sets up slots w, w + warps, ...: mbarrier.init takes a warp-uniform address
   // (SASS: a loop over the warp's distinct addresses, ~55 cycles an init), so slots spread over the
   // warps are set up in parallel; 16 slots in the lanes of one warp took ~2,600 cycles.
@@ -111,8 +106,7 @@ __global__ void __maxnreg__(T::MAX_REGISTERS) logits_kernel(const __grid_constan
     if (threadIdx.x < T::Q_PER_BLOCK) sh.wexp[threadIdx.x] = 0;
   }
   if (threadIdx.x == 0) sh.math_tile = sh.q16_tile = sh.q16_claim = 0;
-  __syncthreads();  // also orders a compact schedule's records, written above, before the walks read them
-  if constexpr (T::COMPACT) range = *expanded;
+  __syncthreads();
   // One branch per role: ptxas then compiles each within the registers its setmaxnreg gives it.
   if (threadIdx.x >= T::MATH_THREADS) {
     if constexpr (T::RAISED) set_registers<T::PRODUCER_REGISTERS, false>();
@@ -172,8 +166,12 @@ LaunchStatus launch_schedule_with(const LaunchContext& ctx, const SchedArgs& arg
 
 template <class T>
 LaunchStatus launch_schedule(const LaunchContext& ctx, const SchedArgs& args) {
-  return sched::sched_threads(args.max_tiles) == sched::kWideThreads ? launch_schedule_with<T, sched::kWideThreads>(ctx, args)
-                                                                     : launch_schedule_with<T, sched::kSchedThreads>(ctx, args);
+  if constexpr (T::Q_PER_BLOCK > 1) {
+    if (sched::sched_threads(args.max_tiles, T::Q_PER_BLOCK) == sched::kWideThreads) {
+      return launch_schedule_with<T, sched::kWideThreads>(ctx, args);
+    }
+  }
+  return launch_schedule_with<T, sched::kSchedThreads>(ctx, args);
 }
 
 // One kernel per instance TU (a template, so the TUs of one module share no symbol); the build itself
