@@ -31,9 +31,9 @@ namespace body {
 
 // The pages i0, i0 + step, ... (< pages) of a record: each in fp8 unless the tile or the page
 // (a check warp's reading) needs the exact path.
-template <class T>
+template <class T, class Held>
 __device__ void consume_pages(const Shared<T>& sh, const Slots<T>& slots, bool tile_fp8, uint32_t g, int32_t first,
-                              int32_t i0, int32_t pages) {
+                              int32_t i0, int32_t pages, const Held& held) {
   const uint64_t desc8 = atom::b_descriptor<atom::Fp8>(sh.q8), desc16 = atom::b_descriptor<atom::Bf16>(sh.q16);
   for (int32_t i = i0; i < pages; i += T::MATH_WARPGROUPS) {
     const Page p = load_page<T>(sh, slots, g + uint32_t(i));
@@ -43,11 +43,11 @@ __device__ void consume_pages(const Shared<T>& sh, const Slots<T>& slots, bool t
       if constexpr (T::MMA_HEAD_SUM) {
         process_page_mma<T>(sh, p, token0, desc8, turn);
       } else {
-        process_page<T, atom::Fp8>(sh, p, token0, desc8);
+        process_page<T, atom::Fp8>(sh, p, token0, desc8, held);
       }
     } else {
       take_turns<T>(turn);
-      process_page<T, atom::Bf16>(sh, p, token0, desc16);
+      process_page<T, atom::Bf16>(sh, p, token0, desc16, held);
     }
   }
 }
@@ -67,7 +67,13 @@ __device__ void consume(const KernelArgs& a, Shared<T>& sh, const CtaRange& rang
       math_barrier(T::MATH_THREADS);
       if (tid < T::Q_PER_BLOCK) sh.wexp[tid] = 0;  // read by every thread above: ready for the next tile
     }
-    consume_pages<T>(sh, slots, tile_fp8, g, run.first, first_turn(g, wg, T::MATH_WARPGROUPS), run.count);
+    const int32_t i0 = first_turn(g, wg, T::MATH_WARPGROUPS);
+    constexpr int kRows = T::N_PASS / kHeads;
+    if constexpr (T::RAISED && !T::MMA_HEAD_SUM && T::N == T::N_PASS) {  // registers to hold the pass's reads
+      consume_pages<T>(sh, slots, tile_fp8, g, run.first, i0, run.count, HeldPass<T, kRows>::load(sh));
+    } else {
+      consume_pages<T>(sh, slots, tile_fp8, g, run.first, i0, run.count, SharedPass<T, kRows>{sh, 0});
+    }
   });
 }
 

@@ -114,22 +114,53 @@ __device__ inline void all_fragments(uint32_t (&frag)[sizeof...(S)][4], const Op
   (o.template fragment<S>(frag[S], p), ...);
 }
 
+// What a pass's reduction reads of its kRows rows: this thread's weights (columns acc_col(lane, 4 jj)) and
+// the rows' outputs and windows. SharedPass reads them from shared memory at each page; HeldPass holds
+// them in registers through a record (one pass a page, the fp32 head sum and raised math registers).
+template <class T, int kRows>
+struct SharedPass {
+  const Shared<T>& sh;
+  int first_row;
+  __device__ float2 weights(int i, int jj, int lane) const {
+    return *reinterpret_cast<const float2*>(sh.w[first_row + i] + atom::acc_col(lane, 4 * jj));
+  }
+  __device__ const TileRow& row(int i) const { return sh.rows[first_row + i]; }
+};
+template <class T, int kRows>
+struct HeldPass {
+  float2 w[kRows][kHeads / 8];
+  TileRow rows[kRows];
+  __device__ static HeldPass load(const Shared<T>& sh) {
+    const SharedPass<T, kRows> from{sh, 0};
+    const int lane = threadIdx.x % 32;
+    HeldPass held;
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+#pragma unroll
+      for (int jj = 0; jj < kHeads / 8; ++jj) held.w[i][jj] = from.weights(i, jj, lane);
+      held.rows[i] = from.row(i);
+    }
+    return held;
+  }
+  __device__ float2 weights(int i, int jj, int) const { return w[i][jj]; }
+  __device__ const TileRow& row(int i) const { return rows[kRows == 1 ? 0 : i]; }  // a constant index: no local memory
+};
+
 // relu(acc) * w summed over the heads of the pass's rows, times each token's factor, written
 // for the tokens inside each row's window. Every lane of a quad ends with the sums; lane q
 // writes values v = q, q + 4, ... of the 2 * rows (row v / 2, token r0 + 8 * (v % 2)).
-template <class T, int kRows>
-__device__ inline void reduce_store(const Shared<T>& sh, const float (&d)[kRows * kHeads / 2], int first_row,
-                                    int32_t token0, float f0, float f1) {
+template <class T, int kRows, class Pass>
+__device__ inline void reduce_store(const Pass& pass, const float (&d)[kRows * kHeads / 2], int32_t token0, float f0,
+                                    float f1) {
   const int lane = threadIdx.x % 32, q = lane % 4, r0 = atom::a_row(threadIdx.x % 128 / 32, lane, 0);
   float sums[kRows][2];
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
-    const float* w = sh.w[first_row + i];
     float p0 = 0.f, p1 = 0.f, q0 = 0.f, q1 = 0.f;  // four independent chains: FFMA latency hides
 #pragma unroll
     for (int jj = 0; jj < kHeads / 8; ++jj) {
       const int j = i * (kHeads / 8) + jj;
-      const float2 wj = *reinterpret_cast<const float2*>(w + atom::acc_col(lane, 4 * jj));
+      const float2 wj = pass.weights(i, jj, lane);
       // fmaxf drops a NaN, but none reaches d: E2M1 has no NaN, and a NaN scale or a page
       // outside kv_cache is carried by the factors f0/f1 and the weights instead.
       p0 = fmaf(wj.x, fmaxf(d[4 * j], 0.f), p0);
@@ -153,7 +184,7 @@ __device__ inline void reduce_store(const Shared<T>& sh, const float (&d)[kRows 
     float value = sums[v0 / 2][0];
 #pragma unroll
     for (int u = 1; u < 4 && v0 + u < 2 * kRows; ++u) value = q == u ? sums[(v0 + u) / 2][u % 2] : value;
-    const TileRow& row = sh.rows[first_row + v / 2];
+    const TileRow& row = pass.row(v / 2);
     const int32_t token = token0 + r0 + 8 * (v % 2);
     if constexpr (T::BF16_OUT) {  // spelled here: through a helper, the fp32 kernel's code moved
       store_if_bf16(bf16_cell(row.out, token), value, token >= row.from && token < row.to);
@@ -178,15 +209,15 @@ __device__ inline void issue_pass(float (&d)[N / 2], const uint32_t (&frag)[kSte
 }
 
 // One page in one operand kind: multiplied (in passes of N_PASS columns when the tile has
-// more) and reduced in fp32.
-template <class T, class K>
-__device__ inline void process_page(const Shared<T>& sh, const Page& p, int32_t token0, uint64_t desc) {
+// more) and reduced in fp32, a single pass reading `held` (SharedPass or HeldPass).
+template <class T, class K, class Held>
+__device__ inline void process_page(const Shared<T>& sh, const Page& p, int32_t token0, uint64_t desc, const Held& held) {
   constexpr int kSteps = kHeadDim / K::kK, kRows = T::N_PASS / kHeads;
   const Operands<K> o = Operands<K>::of(p);
   if constexpr (T::N == T::N_PASS) {
     float d[T::N / 2];
     multiply_page<K, T::N>(o, p, desc, d, std::make_integer_sequence<int, kSteps / 2>{});
-    reduce_store<T, kRows>(sh, d, 0, token0, o.f0, o.f1);
+    reduce_store<T, kRows>(held, d, token0, o.f0, o.f1);
   } else {  // one pass's accumulators at a time, over fragments converted once
     uint32_t frag[kSteps][4];
     all_fragments<K>(frag, o, p, std::make_integer_sequence<int, kSteps>{});
@@ -196,7 +227,7 @@ __device__ inline void process_page(const Shared<T>& sh, const Page& p, int32_t 
       issue_pass<K, T::N_PASS>(d, frag, desc, pass * T::N_PASS);
       atom::wait<0>();
       atom::pin(d);
-      reduce_store<T, kRows>(sh, d, pass * kRows, token0, o.f0, o.f1);
+      reduce_store<T, kRows>(SharedPass<T, kRows>{sh, pass * kRows}, d, token0, o.f0, o.f1);
     }
     atom::pin(frag);
   }
