@@ -69,8 +69,8 @@ __device__ void consume(const KernelArgs& a, Shared<T>& sh, const CtaRange& rang
     }
     const int32_t i0 = first_turn(g, wg, T::MATH_WARPGROUPS);
     constexpr int kRows = T::N_PASS / kHeads;
-    if constexpr (T::RAISED && !T::MMA_HEAD_SUM && T::N == T::N_PASS) {  // registers to hold the pass's reads
-      consume_pages<T>(sh, slots, tile_fp8, g, run.first, i0, run.count, HeldPass<T, kRows>::load(sh));
+    if constexpr (T::RAISED && !T::MMA_HEAD_SUM && T::N == kHeads) {  // registers to hold the row's reads
+      consume_pages<T>(sh, slots, tile_fp8, g, run.first, i0, run.count, HeldPass<T>::load(sh));
     } else {
       consume_pages<T>(sh, slots, tile_fp8, g, run.first, i0, run.count, SharedPass<T, kRows>{sh, 0});
     }

@@ -115,8 +115,8 @@ __device__ inline void all_fragments(uint32_t (&frag)[sizeof...(S)][4], const Op
 }
 
 // What a pass's reduction reads of its kRows rows: this thread's weights (columns acc_col(lane, 4 jj)) and
-// the rows' outputs and windows. SharedPass reads them from shared memory at each page; HeldPass holds
-// them in registers through a record (one pass a page, the fp32 head sum and raised math registers).
+// the rows' outputs and windows. SharedPass reads them from shared memory at each page; HeldPass holds a
+// one-row tile's in registers through a record (the fp32 head sum and raised math registers).
 template <class T, int kRows>
 struct SharedPass {
   const Shared<T>& sh;
@@ -126,24 +126,21 @@ struct SharedPass {
   }
   __device__ const TileRow& row(int i) const { return sh.rows[first_row + i]; }
 };
-template <class T, int kRows>
+template <class T>
 struct HeldPass {
-  float2 w[kRows][kHeads / 8];
-  TileRow rows[kRows];
+  float2 w[kHeads / 8];
+  TileRow tile_row;
   __device__ static HeldPass load(const Shared<T>& sh) {
-    const SharedPass<T, kRows> from{sh, 0};
+    const SharedPass<T, 1> from{sh, 0};
     const int lane = threadIdx.x % 32;
     HeldPass held;
 #pragma unroll
-    for (int i = 0; i < kRows; ++i) {
-#pragma unroll
-      for (int jj = 0; jj < kHeads / 8; ++jj) held.w[i][jj] = from.weights(i, jj, lane);
-      held.rows[i] = from.row(i);
-    }
+    for (int jj = 0; jj < kHeads / 8; ++jj) held.w[jj] = from.weights(0, jj, lane);
+    held.tile_row = from.row(0);
     return held;
   }
-  __device__ float2 weights(int i, int jj, int) const { return w[i][jj]; }
-  __device__ const TileRow& row(int i) const { return rows[kRows == 1 ? 0 : i]; }  // a constant index: no local memory
+  __device__ float2 weights(int, int jj, int) const { return w[jj]; }
+  __device__ const TileRow& row(int) const { return tile_row; }
 };
 
 // relu(acc) * w summed over the heads of the pass's rows, times each token's factor, written
