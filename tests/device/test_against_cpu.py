@@ -60,3 +60,14 @@ def test_device_schedule_is_bit_exact_with_the_host_builder(device_variant):
     rng = random.Random(77 + variant.q_per_block * 1000 + variant.block_k)
     specs = [random_plan(rng, variant) for _ in range(per_variant)]
     assert compare_with_host(variant, specs, device_of(variant)) == per_variant
+
+
+def test_large_cut_plans_match_the_host_builder(device_variant):
+    """Plans of 2,048 tiles or more cut from sequences are built by the builder's 1,024-thread block
+    (sched_threads): three, with and without row_to_batch, bit-exact with the cpu builder."""
+    variant = device_variant
+    if variant.q_per_block == 1:
+        pytest.skip("q_per_block 1 keeps the 512-thread builder")
+    rng = random.Random(4242 + variant.q_per_block)
+    specs = [random_plan(rng, variant, num_rows=rng.randint(2048, 2600) * variant.q_per_block) for _ in range(3)]
+    assert compare_with_host(variant, specs, device_of(variant)) == len(specs)

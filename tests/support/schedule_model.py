@@ -35,12 +35,13 @@ def model_tiles(num_rows, batch, qpb, bk, cu, starts, ends, rtb):
     return tiles
 
 
-def random_plan(rng: random.Random, variant):
+def random_plan(rng: random.Random, variant, num_rows: int | None = None):
     """(num_rows, batch, cu, starts, ends, rtb, num_ctas): a random, contract-abiding plan input
-    for `variant`'s q_per_block, with empty windows, negative starts, pad rows and over-claiming
-    cu_seq_q tails."""
+    for `variant`'s q_per_block (of `num_rows` rows when given), with empty windows, negative starts,
+    pad rows and over-claiming cu_seq_q tails."""
     qpb = variant.q_per_block
-    num_rows = rng.choice([0, 1, 2, rng.randint(1, 40), rng.randint(1, 300)])
+    if num_rows is None:
+        num_rows = rng.choice([0, 1, 2, rng.randint(1, 40), rng.randint(1, 300)])
     with_rtb = qpb > 1 and rng.random() < 0.5 or qpb == 1 and rng.random() < 0.7
     batch = rng.randint(1, 24) if qpb > 1 or with_rtb else num_rows + rng.randint(0, 3)
     if qpb > 1:
