@@ -10,24 +10,21 @@
 
 namespace mxlogits::sched {
 
-// Threads of the builder's one block: 512; a plan of kWideFrom tiles or more cut from sequences
-// (q_per_block > 1) takes kWideThreads. Its records and tiles run as several dependent chains a thread,
-// and more warps hide more of their latency; a small plan's scans and barriers cost more in a wider block,
-// and so did 4,096 single-row tiles (docs/schedule.md, the H100's kernel times). The metadata build
-// always takes 512.
+// Threads of the builder's one block: 512; plans of kWideFrom tiles or more cut from sequences
+// (q_per_block > 1, the launcher's choice) take kWideThreads. Their records and tiles run as several
+// dependent chains a thread, and more warps hide more of their latency; a small plan's scans and barriers
+// cost more in a wider block, and so did 4,096 single-row tiles (docs/schedule.md, the H100's kernel
+// times). The metadata build always takes 512.
 inline constexpr int kSchedThreads = 512;
 inline constexpr int kWideThreads = 1024;
 inline constexpr int64_t kWideFrom = 2048;
-MXL_HD inline int sched_threads(int64_t max_tiles, int q_per_block) {
-  return q_per_block > 1 && max_tiles >= kWideFrom ? kWideThreads : kSchedThreads;
-}
-// Scratch entries the builder stages in shared memory: every record's binary searches over the tile
-// tables then read on-chip instead of chasing global memory, which is most of the plan's time. At
-// most 200 KiB, and at most what a CTA of the arch may allocate (`shared_bytes`, its budget in
-// instances.yaml) beside the scans' partial sums of the widest block: 160 KiB on gfx950, whose launch
-// of more fails. Larger plans use the scratch in global memory, with the same results.
-constexpr int64_t staged_scratch(int64_t shared_bytes) {
-  const int64_t fits = (shared_bytes - kWideThreads * int64_t(sizeof(int64_t))) / int64_t(sizeof(int64_t));
+// Scratch entries a builder of `threads` stages in shared memory: every record's binary searches over
+// the tile tables then read on-chip instead of chasing global memory, which is most of the plan's time.
+// At most 200 KiB, and at most what a CTA of the arch may allocate (`shared_bytes`, its budget in
+// instances.yaml) beside the block's scan sums: 160 KiB on gfx950, whose launch of more fails. Larger
+// plans use the scratch in global memory, with the same results.
+constexpr int64_t staged_scratch(int64_t shared_bytes, int threads) {
+  const int64_t fits = (shared_bytes - threads * int64_t(sizeof(int64_t))) / int64_t(sizeof(int64_t));
   return fits < 200 * 1024 / int64_t(sizeof(int64_t)) ? fits : 200 * 1024 / int64_t(sizeof(int64_t));
 }
 
@@ -85,7 +82,7 @@ __device__ inline void block_inclusive_scan(int64_t* out, int64_t n, int64_t* pa
   __syncthreads();  // the next phase reads what other threads wrote
 }
 
-// Launched as one block of THREADS threads (sched_threads of the plan) with staged_bytes<STAGED>() of
+// Launched as one block of THREADS threads (kSchedThreads or kWideThreads) with staged_bytes<STAGED>() of
 // dynamic shared memory at `staged`; writes what build_schedule_host writes.
 template <int QPB, int BK, int64_t STAGED, int THREADS>
 __device__ inline void build_schedule_block(const SchedArgs& global, int64_t* staged) {

@@ -197,7 +197,7 @@ __global__ void __launch_bounds__(THREADS) schedule_kernel(const SchedArgs a) {
 
 template <class T, int THREADS>
 LaunchStatus launch_schedule_with(const LaunchContext& ctx, const SchedArgs& args) {
-  constexpr int64_t kStaged = sched::staged_scratch(T::SHARED_BYTES);
+  constexpr int64_t kStaged = sched::staged_scratch(T::SHARED_BYTES, THREADS);
   const auto kernel = schedule_kernel<T::Q_PER_BLOCK, T::BLOCK_K, kStaged, THREADS>;
   const int bytes = int(sched::staged_bytes<kStaged>(args, T::Q_PER_BLOCK));
   const LaunchStatus allowed = status_of(hipFuncSetAttribute(reinterpret_cast<const void*>(kernel),
@@ -209,10 +209,8 @@ LaunchStatus launch_schedule_with(const LaunchContext& ctx, const SchedArgs& arg
 
 template <class T>
 LaunchStatus launch_schedule(const LaunchContext& ctx, const SchedArgs& args) {
-  if constexpr (T::Q_PER_BLOCK > 1) {
-    if (sched::sched_threads(args.max_tiles, T::Q_PER_BLOCK) == sched::kWideThreads) {
-      return launch_schedule_with<T, sched::kWideThreads>(ctx, args);
-    }
+  if constexpr (T::Q_PER_BLOCK > 1) {  // one-row tiles never take the wide block: no kernel of it is built
+    if (args.max_tiles >= sched::kWideFrom) return launch_schedule_with<T, sched::kWideThreads>(ctx, args);
   }
   return launch_schedule_with<T, sched::kSchedThreads>(ctx, args);
 }

@@ -183,7 +183,7 @@ def test_clean_stub_arch_reports_every_kernel(tmp_path, capsys):
     assert gen_main(["--ptxas", "--out", str(generated)]) == 0
     out = capsys.readouterr().out
     assert "stubcuda   clean" in out and "logits_kernel<Traits<InstanceTraits<1,64,8,512>" in out
-    assert "schedule_kernel<1,64,7168l,512>" in out and "no spills, no stack frames" in out
+    assert "schedule_kernel<1,64,7680l,512>" in out and "no spills, no stack frames" in out
     assert "qlen1_kv64" not in out  # the host arch has no ptxas pass
     kernels = [line for line in out.splitlines() if line.startswith("stubcuda")]
     assert len(kernels) == 6 and all(re.fullmatch(r"[0-9a-f]{12}", line.split()[-1]) for line in kernels)

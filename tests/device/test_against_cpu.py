@@ -64,7 +64,7 @@ def test_device_schedule_is_bit_exact_with_the_host_builder(device_variant):
 
 def test_large_cut_plans_match_the_host_builder(device_variant):
     """Plans of 2,048 tiles or more cut from sequences are built by the builder's 1,024-thread block
-    (sched_threads): three, with and without row_to_batch, bit-exact with the cpu builder."""
+    (sched::kWideFrom): three, with and without row_to_batch, bit-exact with the cpu builder."""
     variant = device_variant
     if variant.q_per_block == 1:
         pytest.skip("q_per_block 1 keeps the 512-thread builder")
