@@ -33,17 +33,26 @@ namespace body {
 // (a check warp's reading) needs the exact path.
 template <class T, class Held>
 __device__ void consume_pages(const Shared<T>& sh, const Slots<T>& slots, bool tile_fp8, uint32_t g, int32_t first,
-                              int32_t i0, int32_t pages, const Held& held) {
+                              int32_t i0, int32_t pages, Held held) {
   const uint64_t desc8 = atom::b_descriptor<atom::Fp8>(sh.q8), desc16 = atom::b_descriptor<atom::Bf16>(sh.q16);
+  // What every page uses, pinned in registers where the fp32 head sum leaves room (with the tensor-core
+  // head sum the pins make ptxas spill): left to the compiler, each page recomputed them.
+  uint64_t d8 = desc8;
+  PageLane lane = PageLane::of_thread();
   for (int32_t i = i0; i < pages; i += T::MATH_WARPGROUPS) {
-    const Page p = load_page<T>(sh, slots, g + uint32_t(i));
     const int32_t token0 = (first + i) * kPageSize;
+    if constexpr (!T::MMA_HEAD_SUM) {
+      asm volatile("" : "+l"(d8));
+      lane.pin();
+    }
+    held.pin();
+    const Page p = load_page<T>(sh, slots, g + uint32_t(i), lane);
     const Turn turn{i > 0, i + 1 < pages};
     if (tile_fp8 && p.fp8) {
       if constexpr (T::MMA_HEAD_SUM) {
         process_page_mma<T>(sh, p, token0, desc8, turn);
       } else {
-        process_page<T, atom::Fp8>(sh, p, token0, desc8, held);
+        process_page<T, atom::Fp8>(sh, p, token0, d8, held);
       }
     } else {
       take_turns<T>(turn);
@@ -97,9 +106,9 @@ __global__ void __maxnreg__(T::MAX_REGISTERS) logits_kernel(const __grid_constan
   // warps are set up in parallel; 16 slots in the lanes of one warp took ~2,600 cycles.
   if (threadIdx.x % 32 == 0) {
     for (int s = threadIdx.x / 32; s < T::STAGES; s += T::THREADS / 32) {
-      mbar_init(&sh.full[s], 1);
-      mbar_init(&sh.checked[s], 32);
-      mbar_init(&sh.empty[s], 128);
+      mbar_init(&sh.ring[s].full, 1);
+      mbar_init(&sh.ring[s].checked, 32);
+      mbar_init(&sh.ring[s].empty, 128);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }

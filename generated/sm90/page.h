@@ -23,21 +23,36 @@ struct Page {
   bool fp8;
 };
 
+// A math thread's offsets in every slot, the same for each page: its two tokens' block of values and
+// first token's meta from the slot's start, and the PRMT selector of its block's spread (byte_of's).
+// Pinned through the page loop (pin): left to the compiler, each page recomputed them.
+struct PageLane {
+  uint32_t values, meta, pick;
+  __device__ static PageLane of_thread() {
+    const int t = threadIdx.x % 128, lane = t % 32, q = lane % 4, r0 = atom::a_row(t / 32, lane, 0);
+    return PageLane{uint32_t(q * (kScaleBlock / 2) + r0 * kRowBytes), uint32_t(r0 * sizeof(TokenMeta)),
+                    0x4440u + uint32_t(q)};
+  }
+  __device__ void pin() { asm volatile("" : "+r"(values), "+r"(meta), "+r"(pick)); }
+};
+
 template <class T>
-__device__ inline Page load_page(const Shared<T>& sh, const Slots<T>& slots, uint32_t g) {
-  const int t = threadIdx.x % 128, lane = t % 32, q = lane % 4, r0 = atom::a_row(t / 32, lane, 0);
-  const uint32_t s = Slots<T>::slot(g);
+__device__ inline Page load_page(const Shared<T>& sh, const Slots<T>& slots, uint32_t g, const PageLane& l) {
+  const Slot& slot = sh.ring[Slots<T>::slot(g)];
   mbar_wait(slots.checked(g), Slots<T>::parity(g));
-  mbar_wait(slots.full(g), Slots<T>::parity(g));  // complete already; acquires the bulk copies' bytes here too
-  const uint8_t* values = sh.kv[s] + q * (kScaleBlock / 2);
-  const TokenMeta m0 = sh.meta[s][r0], m1 = sh.meta[s][r0 + 8];
-  const Page p{*reinterpret_cast<const uint4*>(values + r0 * kRowBytes),
-               *reinterpret_cast<const uint4*>(values + (r0 + 8) * kRowBytes),
-               convert::byte_of(m0.spreads, q),
-               convert::byte_of(m1.spreads, q),
+  // Complete already (the check warps waited for it before arriving on `checked`, and the slot is not
+  // refilled before this thread releases it): acquires the bulk copy's bytes for this thread too.
+  mbar_acquire_complete(slots.full(g), Slots<T>::parity(g));
+  const uint8_t* values = slot.kv + l.values;
+  const auto* meta = reinterpret_cast<const TokenMeta*>(reinterpret_cast<const uint8_t*>(slot.meta) + l.meta);
+  const TokenMeta m0 = meta[0], m1 = meta[8];
+  const Page p{*reinterpret_cast<const uint4*>(values),
+               *reinterpret_cast<const uint4*>(values + 8 * kRowBytes),
+               convert::prmt(m0.spreads, 0u, l.pick),
+               convert::prmt(m1.spreads, 0u, l.pick),
                m0.factor,
                m1.factor,
-               sh.fp8[s] != 0};
+               slot.fp8 != 0};
   mbar_arrive(slots.empty(g));
   return p;
 }
@@ -114,9 +129,19 @@ __device__ inline void all_fragments(uint32_t (&frag)[sizeof...(S)][4], const Op
   (o.template fragment<S>(frag[S], p), ...);
 }
 
-// What a pass's reduction reads of its kRows rows: this thread's weights (columns acc_col(lane, 4 jj)) and
-// the rows' outputs and windows. SharedPass reads them from shared memory at each page; HeldPass holds a
-// one-row tile's in registers through a record (the fp32 head sum and raised math registers).
+// What a pass's reduction reads of its kRows rows, and where it writes: this thread's weights
+// (columns acc_col(lane, 4 jj)) and the cell of value v (row v / 2, token token0 + r0 + 8 * (v % 2))
+// when it lies in the row's window. SharedPass reads the rows from shared memory at each page;
+// HeldPass holds a one-row tile's weights and this lane's cell through a record (the fp32 head sum
+// and raised math registers): its page's store is an add, a range test and the store.
+template <class T>
+__device__ inline void store_cell_if(float* row, int32_t token, float value, bool inside) {
+  if constexpr (T::BF16_OUT) {  // spelled here: through a helper, the fp32 kernel's code moved
+    store_if_bf16(bf16_cell(row, token), value, inside);
+  } else {
+    store_if(row + token, value, inside);
+  }
+}
 template <class T, int kRows>
 struct SharedPass {
   const Shared<T>& sh;
@@ -124,23 +149,37 @@ struct SharedPass {
   __device__ float2 weights(int i, int jj, int lane) const {
     return *reinterpret_cast<const float2*>(sh.w[first_row + i] + atom::acc_col(lane, 4 * jj));
   }
-  __device__ const TileRow& row(int i) const { return sh.rows[first_row + i]; }
+  __device__ void pin() {}
+  __device__ void store(int v, int32_t token0, int r0, float value) const {
+    const TileRow& row = sh.rows[first_row + v / 2];
+    const int32_t token = token0 + r0 + 8 * (v % 2);
+    store_cell_if<T>(row.out, token, value, token >= row.from && token < row.to);
+  }
 };
 template <class T>
 struct HeldPass {
   float2 w[kHeads / 8];
-  TileRow tile_row;
+  float* row;            // the row's out, moved by this lane's token offset r0 + 8 * (q % 2)
+  int32_t from, to;      // the row's window, moved back by the same
   __device__ static HeldPass load(const Shared<T>& sh) {
-    const SharedPass<T, 1> from{sh, 0};
+    const SharedPass<T, 1> shared{sh, 0};
     const int lane = threadIdx.x % 32;
+    const int32_t offset = atom::a_row(threadIdx.x % 128 / 32, lane, 0) + 8 * (lane % 2);
     HeldPass held;
 #pragma unroll
-    for (int jj = 0; jj < kHeads / 8; ++jj) held.w[jj] = from.weights(0, jj, lane);
-    held.tile_row = from.row(0);
+    for (int jj = 0; jj < kHeads / 8; ++jj) held.w[jj] = shared.weights(0, jj, lane);
+    const TileRow& r = sh.rows[0];
+    held.row = T::BF16_OUT ? reinterpret_cast<float*>(reinterpret_cast<uint16_t*>(r.out) + offset) : r.out + offset;
+    held.from = r.from - offset;
+    held.to = r.to - offset;
     return held;
   }
   __device__ float2 weights(int, int jj, int) const { return w[jj]; }
-  __device__ const TileRow& row(int) const { return tile_row; }
+  // Kept in registers through the page loop: left to the compiler, each page recomputed them.
+  __device__ void pin() { asm volatile("" : "+l"(row), "+r"(from), "+r"(to)); }
+  __device__ void store(int, int32_t token0, int, float value) const {
+    store_cell_if<T>(row, token0, value, token0 >= from && token0 < to);
+  }
 };
 
 // relu(acc) * w summed over the heads of the pass's rows, times each token's factor, written
@@ -167,6 +206,16 @@ __device__ inline void reduce_store(const Pass& pass, const float (&d)[kRows * k
     }
     p0 += q0;
     p1 += q1;
+    // One row: a reduce-scatter, lane q keeping the sum of token q % 2 (the one it stores): two shuffles
+    // instead of four. Not on the tensor-core head-sum instances, whose exact path then spills (ptxas).
+    if constexpr (kRows == 1 && !T::MMA_HEAD_SUM) {
+      const bool odd = lane & 1;
+      float keep = odd ? p1 : p0;
+      keep += __shfl_xor_sync(0xFFFFFFFFu, odd ? p0 : p1, 1);
+      keep += __shfl_xor_sync(0xFFFFFFFFu, keep, 2);
+      sums[0][0] = sums[0][1] = keep * (odd ? f1 : f0);
+      continue;
+    }
     p0 += __shfl_xor_sync(0xFFFFFFFFu, p0, 1);
     p0 += __shfl_xor_sync(0xFFFFFFFFu, p0, 2);
     p1 += __shfl_xor_sync(0xFFFFFFFFu, p1, 1);
@@ -181,13 +230,7 @@ __device__ inline void reduce_store(const Pass& pass, const float (&d)[kRows * k
     float value = sums[v0 / 2][0];
 #pragma unroll
     for (int u = 1; u < 4 && v0 + u < 2 * kRows; ++u) value = q == u ? sums[(v0 + u) / 2][u % 2] : value;
-    const TileRow& row = pass.row(v / 2);
-    const int32_t token = token0 + r0 + 8 * (v % 2);
-    if constexpr (T::BF16_OUT) {  // spelled here: through a helper, the fp32 kernel's code moved
-      store_if_bf16(bf16_cell(row.out, token), value, token >= row.from && token < row.to);
-    } else {
-      store_if(row.out + token, value, token >= row.from && token < row.to);
-    }
+    pass.store(v, token0, r0, value);
   }
 }
 

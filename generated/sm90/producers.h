@@ -38,7 +38,7 @@ __device__ void issue(const KernelArgs& a, Shared<T>& sh, const Slots<T>& slots,
                 slots.full(g));
     }
   } else {
-    uint4* scales = reinterpret_cast<uint4*>(sh.kv[Slots<T>::slot(g)] + kPageValueBytes);
+    uint4* scales = reinterpret_cast<uint4*>(sh.ring[Slots<T>::slot(g)].kv + kPageValueBytes);
     for (int i = 0; i < kPageScaleBytes / 16; ++i) scales[i] = make_uint4(~0u, ~0u, ~0u, ~0u);
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // before the slot's next bulk copy
     mbar_arrive(slots.full(g));
@@ -85,18 +85,18 @@ __device__ void copy_pages(const KernelArgs& a, Shared<T>& sh, const CtaRange& r
 // operand kind must be uniform over a warpgroup).
 template <class T>
 __device__ bool check_page(Shared<T>& sh, const Slots<T>& slots, uint32_t g, int lane) {
-  const uint32_t s = Slots<T>::slot(g);
+  Slot& slot = sh.ring[Slots<T>::slot(g)];
   mbar_wait(slots.full(g), Slots<T>::parity(g));
-  const auto* scales = reinterpret_cast<const uint32_t*>(sh.kv[s] + kPageValueBytes);
+  const auto* scales = reinterpret_cast<const uint32_t*>(slot.kv + kPageValueBytes);
   bool fp8 = true;
 #pragma unroll
   for (int t = lane; t < kPageSize; t += 32) {
     const uint32_t sc = scales[t], m = convert::max_exponent(sc);
     fp8 = fp8 && convert::fp8_exact(m - convert::min_exponent(sc));
-    sh.meta[s][t] = TokenMeta{convert::spreads(sc, m), convert::row_factor(m)};
+    slot.meta[t] = TokenMeta{convert::spreads(sc, m), convert::row_factor(m)};
   }
   fp8 = __all_sync(0xFFFFFFFFu, fp8);
-  if (lane == 0) sh.fp8[s] = fp8;
+  if (lane == 0) slot.fp8 = fp8;
   return fp8;
 }
 

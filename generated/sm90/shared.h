@@ -25,6 +25,16 @@ struct TokenMeta {
   float factor;
 };
 
+// One slot of the ring: a page as its bulk copy lands it (values, then scales), the check warps'
+// reading of it and its three mbarriers, together: one base address reaches all of them, so a page's
+// waits and loads take immediate offsets from it.
+struct alignas(16) Slot {
+  uint8_t kv[kSlotBytes];
+  TokenMeta meta[kPageSize];  // the check warps' reading of the scales
+  uint64_t full, checked, empty;
+  int32_t fp8;                // every token of the page fits the fp8 path
+};
+
 // A row of the tile: its window within the record, [from, to), and its row of out (records::out_row).
 struct TileRow {
   float* out;
@@ -35,8 +45,7 @@ template <class T>
 struct alignas(128) Shared {
   uint8_t q8[T::N * kHeadDim];                      // wgmma B: the tile's queries in e5m2 (atom::b_offset)
   uint8_t q16[T::N * kHeadDim * 2];                 // and in bf16, for the exact path (build_q16)
-  uint8_t kv[T::STAGES][kSlotBytes];                // one page per slot: values, then scales
-  TokenMeta meta[T::STAGES][kPageSize];             // the check warps' reading of each slot's scales
+  Slot ring[T::STAGES];                             // one page per slot
   float w[T::Q_PER_BLOCK][kHeads];                  // weight_scale * weights * 2^(m_h - 127)
   // mma_head_sum: w / wscale as the head sum's wgmma B (head_sum_weights), a row's largest finite
   // exponent E and wscale = 2^(E - 127)
@@ -45,8 +54,6 @@ struct alignas(128) Shared {
   uint32_t math_tile, q16_tile, q16_claim;          // ensure_q16's flags: the tiles begun, in q16, claimed
   float wscale[T::Q_PER_BLOCK];
   TileRow rows[T::Q_PER_BLOCK];
-  int32_t fp8[T::STAGES];                           // every token of the slot's page fits the fp8 path
-  uint64_t full[T::STAGES], checked[T::STAGES], empty[T::STAGES];
 };
 
 // ---- synchronization primitives -----------------------------------------------------------------
@@ -69,6 +76,13 @@ __device__ inline void mbar_wait(uint32_t bar, uint32_t parity) {
       "@!done bra WAIT;\n}\n" ::"r"(bar),
       "r"(parity)
       : "memory");
+}
+// The acquire of a phase known to be complete (one test, no retry loop): the test cannot fail, and
+// a loop would cost the caller a convergence barrier around it.
+__device__ inline void mbar_acquire_complete(uint32_t bar, uint32_t parity) {
+  asm volatile("{\n.reg .pred done;\nmbarrier.test_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n}\n" ::"r"(bar),
+               "r"(parity)
+               : "memory");
 }
 // Global -> shared, completing `bytes` on `bar`.
 __device__ inline void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
@@ -138,10 +152,11 @@ struct Slots {
   __device__ explicit Slots(const Shared<T>& sh) : base(smem(&sh)) {}
   __device__ static uint32_t slot(uint32_t g) { return g % T::STAGES; }
   __device__ static uint32_t parity(uint32_t g) { return g / T::STAGES & 1u; }
-  __device__ uint32_t full(uint32_t g) const { return base + offsetof(Shared<T>, full) + 8 * slot(g); }
-  __device__ uint32_t checked(uint32_t g) const { return base + offsetof(Shared<T>, checked) + 8 * slot(g); }
-  __device__ uint32_t empty(uint32_t g) const { return base + offsetof(Shared<T>, empty) + 8 * slot(g); }
-  __device__ uint32_t kv(uint32_t g) const { return base + offsetof(Shared<T>, kv) + kSlotBytes * slot(g); }
+  __device__ uint32_t at(uint32_t g) const { return base + offsetof(Shared<T>, ring) + sizeof(Slot) * slot(g); }
+  __device__ uint32_t full(uint32_t g) const { return at(g) + offsetof(Slot, full); }
+  __device__ uint32_t checked(uint32_t g) const { return at(g) + offsetof(Slot, checked); }
+  __device__ uint32_t empty(uint32_t g) const { return at(g) + offsetof(Slot, empty); }
+  __device__ uint32_t kv(uint32_t g) const { return at(g) + offsetof(Slot, kv); }
 };
 
 }  // namespace mxlogits::sm90::body
