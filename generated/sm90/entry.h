@@ -25,6 +25,7 @@ LaunchStatus logits_ctas_per_sm(int* count);
 struct Tunables_qlen1_kv64 {
   static constexpr int stages = 16;
   static constexpr int warpgroups = 4;
+  static constexpr int checkers = 2;
   static constexpr int ctas_per_sm = 1;
   static constexpr int pass_columns = 64;
   static constexpr int mma_head_sum = 0;
@@ -41,6 +42,7 @@ extern template LaunchStatus logits_ctas_per_sm<Traits_qlen1_kv64>(int*);
 struct Tunables_qlen2_kv64 {
   static constexpr int stages = 16;
   static constexpr int warpgroups = 4;
+  static constexpr int checkers = 2;
   static constexpr int ctas_per_sm = 1;
   static constexpr int pass_columns = 64;
   static constexpr int mma_head_sum = 1;
@@ -57,6 +59,7 @@ extern template LaunchStatus logits_ctas_per_sm<Traits_qlen2_kv64>(int*);
 struct Tunables_qlen4_kv64 {
   static constexpr int stages = 16;
   static constexpr int warpgroups = 4;
+  static constexpr int checkers = 2;
   static constexpr int ctas_per_sm = 1;
   static constexpr int pass_columns = 64;
   static constexpr int mma_head_sum = 1;

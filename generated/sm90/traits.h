@@ -13,11 +13,11 @@ struct Traits : Instance, Tunables {
   static constexpr int MATH_WARPGROUPS = Tunables::warpgroups;
   static constexpr int STAGES = Tunables::stages;
   static constexpr int MATH_THREADS = 128 * MATH_WARPGROUPS;
-  // Warps issuing the pages' bulk copies and reading their scales once landed. Measured on the
-  // H200 (decode MTP 1, B=128, ctx 65,536): one copy warp capped the SM near 3 pages per µs
-  // (343 µs), two reached 274 µs, where one check warp was busy 92% of its cycles; two of each,
-  // 254 µs. Four extra warps fill the fifth warpgroup's registers, which are paid for anyway.
-  static constexpr int COPIERS = 2, CHECKERS = 2;
+  // Warps issuing the pages' bulk copies and reading their scales once landed: four, filling the fifth
+  // warpgroup whose registers are paid for anyway, `checkers` of them check warps. Measured on the H200
+  // (decode MTP 1, B=128, ctx 65,536): one copy warp capped the SM near 3 pages per µs (343 µs), two
+  // reached 274 µs, where one check warp was busy 92% of its cycles; two of each, 254 µs.
+  static constexpr int CHECKERS = Tunables::checkers, COPIERS = 4 - CHECKERS;
   static constexpr bool WRITES_BF16 = true;  // out may hold bf16 (Bf16Out)
   static constexpr bool WRITES_FROM_START = true;  // out from each window start (FromStartOut)
   static constexpr int THREADS = MATH_THREADS + 32 * (COPIERS + CHECKERS);
