@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import re
 import statistics
 from collections.abc import Callable
 from types import ModuleType
@@ -178,6 +179,15 @@ def _compact_us(problem: Problem, next_n: int, num_sms: int, variant, device: to
     return timing
 
 
+def refusal(e: BaseException) -> str:
+    """A peer's refusal in one short line: its message's first line, source paths cut to their file name
+    (DeepGEMM's asserts name the header they sit in by its build directory's path)."""
+    text = str(e).strip()
+    if not text:
+        return type(e).__name__
+    return re.sub(r"[^\s():]*/([^/\s():]+:\d+)", r"\1", text.splitlines()[0])[:120]
+
+
 def peer_row(dg: ModuleType, problem: Problem, device: torch.device, repeats: int, rows: list[int], variant,
              on_plan: Callable[[], object]) -> dict:  # fmt: skip
     """The peer's medians on the row's shape (metadata and logits; metadata only on the paged path)
@@ -197,5 +207,5 @@ def peer_row(dg: ModuleType, problem: Problem, device: torch.device, repeats: in
         op_us = statistics.median(call_seconds([logits], device, repeats)) * 1e6
         diff = _agreement(logits(), problem, rows, shift)
     except (RuntimeError, AssertionError) as e:  # DeepGEMM's host asserts raise RuntimeError
-        return {**ours, "peer_error": str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__}
+        return {**ours, "peer_error": refusal(e)}
     return {**ours, "peer_meta_us": meta_us, "peer_op_us": op_us, "peer_diff": diff}
