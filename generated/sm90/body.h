@@ -34,15 +34,15 @@ namespace body {
 template <class T, class Held>
 __device__ void consume_pages(const Shared<T>& sh, const Slots<T>& slots, bool tile_fp8, uint32_t g, int32_t first,
                               int32_t i0, int32_t pages, Held held) {
-  const uint64_t desc8 = atom::b_descriptor<atom::Fp8>(sh.q8), desc16 = atom::b_descriptor<atom::Bf16>(sh.q16);
+  uint64_t desc8 = atom::b_descriptor<atom::Fp8>(sh.q8);
+  const uint64_t desc16 = atom::b_descriptor<atom::Bf16>(sh.q16);
   // What every page uses, pinned in registers where the fp32 head sum leaves room (with the tensor-core
   // head sum the pins make ptxas spill): left to the compiler, each page recomputed them.
-  uint64_t d8 = desc8;
   PageLane lane = PageLane::of_thread();
   for (int32_t i = i0; i < pages; i += T::MATH_WARPGROUPS) {
     const int32_t token0 = (first + i) * kPageSize;
     if constexpr (!T::MMA_HEAD_SUM) {
-      asm volatile("" : "+l"(d8));
+      asm volatile("" : "+l"(desc8));
       lane.pin();
     }
     held.pin();
@@ -52,7 +52,7 @@ __device__ void consume_pages(const Shared<T>& sh, const Slots<T>& slots, bool t
       if constexpr (T::MMA_HEAD_SUM) {
         process_page_mma<T>(sh, p, token0, desc8, turn);
       } else {
-        process_page<T, atom::Fp8>(sh, p, token0, d8, held);
+        process_page<T, atom::Fp8>(sh, p, token0, desc8, held);
       }
     } else {
       take_turns<T>(turn);

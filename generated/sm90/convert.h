@@ -63,8 +63,9 @@ __device__ inline uint32_t prmt(uint32_t a, uint32_t b, uint32_t selector) {
   return out;
 }
 
-// Byte q of a word, zero-extended.
-__device__ inline uint32_t byte_of(uint32_t w, int q) { return prmt(w, 0u, 0x4440u + uint32_t(q)); }
+// Byte q of a word, zero-extended: PRMT with byte_selector(q) (a selector a loop can hold).
+__device__ inline uint32_t byte_selector(int q) { return 0x4440u + uint32_t(q); }
+__device__ inline uint32_t byte_of(uint32_t w, int q) { return prmt(w, 0u, byte_selector(q)); }
 
 // ---- Fp8 --------------------------------------------------------------------------------------
 

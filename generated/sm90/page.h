@@ -24,14 +24,14 @@ struct Page {
 };
 
 // A math thread's offsets in every slot, the same for each page: its two tokens' block of values and
-// first token's meta from the slot's start, and the PRMT selector of its block's spread (byte_of's).
+// first token's meta from the slot's start, and the PRMT selector of its block's spread.
 // Pinned through the page loop (pin): left to the compiler, each page recomputed them.
 struct PageLane {
   uint32_t values, meta, pick;
   __device__ static PageLane of_thread() {
     const int t = threadIdx.x % 128, lane = t % 32, q = lane % 4, r0 = atom::a_row(t / 32, lane, 0);
     return PageLane{uint32_t(q * (kScaleBlock / 2) + r0 * kRowBytes), uint32_t(r0 * sizeof(TokenMeta)),
-                    0x4440u + uint32_t(q)};
+                    convert::byte_selector(q)};
   }
   __device__ void pin() { asm volatile("" : "+r"(values), "+r"(meta), "+r"(pick)); }
 };
@@ -136,7 +136,7 @@ __device__ inline void all_fragments(uint32_t (&frag)[sizeof...(S)][4], const Op
 // and raised math registers): its page's store is an add, a range test and the store.
 template <class T>
 __device__ inline void store_cell_if(float* row, int32_t token, float value, bool inside) {
-  if constexpr (T::BF16_OUT) {  // spelled here: through a helper, the fp32 kernel's code moved
+  if constexpr (T::BF16_OUT) {
     store_if_bf16(bf16_cell(row, token), value, inside);
   } else {
     store_if(row + token, value, inside);
