@@ -145,15 +145,15 @@ MXL_HD inline int64_t compact_workspace(int64_t num_records, int64_t num_ctas, i
   return compact_ends_at(num_records, num_ctas) + (lens_per_row ? 0 : num_rows);
 }
 
-// CTA c's share of a compact schedule, at the start of the logits launch, written where a plan's
-// would be read: thread `tid` of `threads` writes records begin + tid, begin + tid + threads, ... of
-// the CTA's range and, for ends stated per sequence, the window ends of those records' rows (a row
+// CTA c's share of a compact schedule (its span s), at the start of the logits launch, written where a
+// plan's would be read: thread `tid` of `threads` writes records begin + tid, begin + tid + threads, ...
+// of the CTA's range and, for ends stated per sequence, the window ends of those records' rows (a row
 // a piece of whose tile another CTA holds gets the same end from that CTA too); thread 0 writes the
-// range. After a barrier the CTA reads them as a plan's.
+// range, for the bodies that read it back. Every thread returns the range. After a barrier the CTA
+// reads the records as a plan's.
 template <int QPB, int BK>
-MXL_HD inline void expand_cta(const KernelArgs& a, int32_t c, int32_t tid, int32_t threads) {
+MXL_HD inline CtaRange expand_cta(const KernelArgs& a, const CompactSpan& s, int32_t c, int32_t tid, int32_t threads) {
   const CompactView v = compact_view(a);
-  const CompactSpan s = compact_span(v, c);
   const int32_t per = int32_t(compact_tiles_per_seq<QPB>(v.next_n));
   const bool none = s.empty() || s.seq0 < 0 || s.seq_end() > v.batch || s.seq_end() <= s.seq0;
   const int32_t begin = none ? 0 : (s.seq0 + c) * per, end = none ? 0 : (s.seq_end() + c) * per;
@@ -166,10 +166,13 @@ MXL_HD inline void expand_cta(const KernelArgs& a, int32_t c, int32_t tid, int32
       for (int32_t row = r.row_id; row < r.row_id + r.row_count; ++row) ends[row] = compact_row_end(v, row);
     }
   }
-  if (tid == 0) {
-    auto* ranges = reinterpret_cast<CtaRange*>(a.compact_out + compact_ranges_at(a.num_records));
-    ranges[c] = none ? CtaRange{} : CtaRange{int32_t(begin), int32_t(end), compact_record<QPB, BK>(v, s, s.seq0, 0)};
-  }
+  const CtaRange range = none ? CtaRange{} : CtaRange{begin, end, compact_record<QPB, BK>(v, s, s.seq0, 0)};
+  if (tid == 0) reinterpret_cast<CtaRange*>(a.compact_out + compact_ranges_at(a.num_records))[c] = range;
+  return range;
+}
+template <int QPB, int BK>
+MXL_HD inline CtaRange expand_cta(const KernelArgs& a, int32_t c, int32_t tid, int32_t threads) {
+  return expand_cta<QPB, BK>(a, compact_span(compact_view(a), c), c, tid, threads);
 }
 
 // The records a CTA walks (docs/schedule.md): cta_info[j] for j in [max(begin, 0), min(end, num_records)),

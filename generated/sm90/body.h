@@ -86,6 +86,20 @@ __device__ void consume(const KernelArgs& a, Shared<T>& sh, const CtaRange& rang
   });
 }
 
+// A compact schedule's CTA: the loads of its span (meta rows c and c + 1), issued before the setup runs
+// under them, and the lines of the context lengths fetched into L1 beside them when they are few (the
+// records' reads then find them there instead of waiting on memory a second time).
+template <class T>
+__device__ records::CompactSpan compact_span_of_cta(const KernelArgs& a) {
+  const records::CompactView v = records::compact_view(a);
+  const records::CompactSpan s = records::compact_span(v, blockIdx.x);
+  constexpr int kLineInts = 32, kPrefetchInts = 2048;  // 8 KiB of L1, a small share of what the ring leaves
+  static_assert(kPrefetchInts <= T::THREADS * kLineInts, "a line a thread");
+  const int32_t n = v.per_sequence ? v.batch : a.num_rows, i = int32_t(threadIdx.x) * kLineInts;
+  if (n <= kPrefetchInts && i < n) asm volatile("prefetch.global.L1 [%0];\n" ::"l"(v.ends + i));
+  return s;
+}
+
 template <class T>
 __global__ void __maxnreg__(T::MAX_REGISTERS) logits_kernel(const __grid_constant__ KernelArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -93,14 +107,16 @@ __global__ void __maxnreg__(T::MAX_REGISTERS) logits_kernel(const __grid_constan
   // still run, so nothing in global memory is read or written before this wait, which returns once
   // that kernel has finished and its writes are visible (at once when it was not a dependent launch).
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  if constexpr (T::COMPACT) {  // a compact schedule: the CTA writes its range and records first
-    records::expand_cta<T::Q_PER_BLOCK, T::BLOCK_K>(a, blockIdx.x, threadIdx.x, T::THREADS);
-    __syncthreads();
-  }
   extern __shared__ __align__(128) uint8_t shared_bytes[];
   Shared<T>& sh = *reinterpret_cast<Shared<T>*>(shared_bytes);
-  // The range and the first record, in flight during the setup.
-  const CtaRange range = reinterpret_cast<const CtaRange*>(a.cta_ranges)[blockIdx.x];
+  // A plan's range and first record, or a compact schedule's span, in flight during the setup.
+  CtaRange range;
+  records::CompactSpan span;
+  if constexpr (T::COMPACT) {
+    span = compact_span_of_cta<T>(a);
+  } else {
+    range = reinterpret_cast<const CtaRange*>(a.cta_ranges)[blockIdx.x];
+  }
   // Lane 0 of warp w sets up slots w, w + warps, ...: mbarrier.init takes a warp-uniform address
   // (SASS: a loop over the warp's distinct addresses, ~55 cycles an init), so slots spread over the
   // warps are set up in parallel; 16 slots in the lanes of one warp took ~2,600 cycles.
@@ -121,6 +137,9 @@ __global__ void __maxnreg__(T::MAX_REGISTERS) logits_kernel(const __grid_constan
     if (threadIdx.x < T::Q_PER_BLOCK) sh.wexp[threadIdx.x] = 0;
   }
   if (threadIdx.x == 0) sh.math_tile = sh.q16_tile = sh.q16_claim = 0;
+  if constexpr (T::COMPACT) {  // the CTA's records (and rows' ends) into the workspace, published by the barrier
+    range = records::expand_cta<T::Q_PER_BLOCK, T::BLOCK_K>(a, span, blockIdx.x, threadIdx.x, T::THREADS);
+  }
   __syncthreads();
   // One branch per role: ptxas then compiles each within the registers its setmaxnreg gives it.
   if (threadIdx.x >= T::MATH_THREADS) {
