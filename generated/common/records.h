@@ -145,15 +145,15 @@ MXL_HD inline int64_t compact_workspace(int64_t num_records, int64_t num_ctas, i
   return compact_ends_at(num_records, num_ctas) + (lens_per_row ? 0 : num_rows);
 }
 
-// CTA c's share of a compact schedule (its span s), at the start of the logits launch, written where a
+// CTA c's share of a compact schedule (its view v and span s), at the start of the logits launch, written where a
 // plan's would be read: thread `tid` of `threads` writes records begin + tid, begin + tid + threads, ...
 // of the CTA's range and, for ends stated per sequence, the window ends of those records' rows (a row
 // a piece of whose tile another CTA holds gets the same end from that CTA too); thread 0 writes the
 // range, for the bodies that read it back. Every thread returns the range. After a barrier the CTA
 // reads the records as a plan's.
 template <int QPB, int BK>
-MXL_HD inline CtaRange expand_cta(const KernelArgs& a, const CompactSpan& s, int32_t c, int32_t tid, int32_t threads) {
-  const CompactView v = compact_view(a);
+MXL_HD inline CtaRange expand_cta(const KernelArgs& a, const CompactView& v, const CompactSpan& s, int32_t c, int32_t tid,
+                                  int32_t threads) {
   const int32_t per = int32_t(compact_tiles_per_seq<QPB>(v.next_n));
   const bool none = s.empty() || s.seq0 < 0 || s.seq_end() > v.batch || s.seq_end() <= s.seq0;
   const int32_t begin = none ? 0 : (s.seq0 + c) * per, end = none ? 0 : (s.seq_end() + c) * per;
@@ -172,7 +172,8 @@ MXL_HD inline CtaRange expand_cta(const KernelArgs& a, const CompactSpan& s, int
 }
 template <int QPB, int BK>
 MXL_HD inline CtaRange expand_cta(const KernelArgs& a, int32_t c, int32_t tid, int32_t threads) {
-  return expand_cta<QPB, BK>(a, compact_span(compact_view(a), c), c, tid, threads);
+  const CompactView v = compact_view(a);
+  return expand_cta<QPB, BK>(a, v, compact_span(v, c), c, tid, threads);
 }
 
 // The records a CTA walks (docs/schedule.md): cta_info[j] for j in [max(begin, 0), min(end, num_records)),

@@ -90,8 +90,7 @@ __device__ void consume(const KernelArgs& a, Shared<T>& sh, const CtaRange& rang
 // under them, and the lines of the context lengths fetched into L1 beside them when they are few (the
 // records' reads then find them there instead of waiting on memory a second time).
 template <class T>
-__device__ records::CompactSpan compact_span_of_cta(const KernelArgs& a) {
-  const records::CompactView v = records::compact_view(a);
+__device__ records::CompactSpan compact_span_of_cta(const KernelArgs& a, const records::CompactView& v) {
   const records::CompactSpan s = records::compact_span(v, blockIdx.x);
   constexpr int kLineInts = 32, kPrefetchInts = 2048;  // 8 KiB of L1, a small share of what the ring leaves
   static_assert(kPrefetchInts <= T::THREADS * kLineInts, "a line a thread");
@@ -111,9 +110,11 @@ __global__ void __maxnreg__(T::MAX_REGISTERS) logits_kernel(const __grid_constan
   Shared<T>& sh = *reinterpret_cast<Shared<T>*>(shared_bytes);
   // A plan's range and first record, or a compact schedule's span, in flight during the setup.
   CtaRange range;
+  records::CompactView view;  // read once: its batch is a division
   records::CompactSpan span;
   if constexpr (T::COMPACT) {
-    span = compact_span_of_cta<T>(a);
+    view = records::compact_view(a);
+    span = compact_span_of_cta<T>(a, view);
   } else {
     range = reinterpret_cast<const CtaRange*>(a.cta_ranges)[blockIdx.x];
   }
@@ -138,7 +139,7 @@ __global__ void __maxnreg__(T::MAX_REGISTERS) logits_kernel(const __grid_constan
   }
   if (threadIdx.x == 0) sh.math_tile = sh.q16_tile = sh.q16_claim = 0;
   if constexpr (T::COMPACT) {  // the CTA's records (and rows' ends) into the workspace, published by the barrier
-    range = records::expand_cta<T::Q_PER_BLOCK, T::BLOCK_K>(a, span, blockIdx.x, threadIdx.x, T::THREADS);
+    range = records::expand_cta<T::Q_PER_BLOCK, T::BLOCK_K>(a, view, span, blockIdx.x, threadIdx.x, T::THREADS);
   }
   __syncthreads();
   // One branch per role: ptxas then compiles each within the registers its setmaxnreg gives it.
