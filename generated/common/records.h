@@ -46,9 +46,10 @@ MXL_HD inline Span span_of(const KernelArgs& a, const CtaRecord& r) {
 // metadata and is built before the instance is known: sequence b weighs setup_pages plus the pages of
 // its longest window (0 when every window is empty), its units laid end to end, and CTA c starts at
 // unit floor(c * total / num_ctas): meta[c] = (sequence, unit within it), built by one launch
-// (sched.h). The logits launch reads it as it is: CTA c takes, of each sequence it touches, the chunks
-// whose first page lies in its pages, for every tile of that sequence (ceil(next_n / q_per_block)
-// tiles of consecutive rows), as DeepGEMM's kernel takes all next_n rows of a sequence at once. Its
+// (sched.h). The logits launch reads it as it is: a sequence's units are shared out among its tiles
+// (ceil(next_n / q_per_block) tiles of consecutive rows) in order, each tile's share standing for all
+// of its pages (compact_tile_unit), and CTA c takes, of each tile it touches, the chunks whose first
+// page lies in its part of that share. Its
 // records are numbered (b + c) * tiles_per_seq + k (CTA c's piece of tile k of sequence b), unique
 // for the reason record t + c of a plan is; each CTA computes its own from meta and the context
 // lengths and writes them where a plan's would be read (expand_cta, below).
@@ -110,13 +111,23 @@ MXL_HD inline int64_t compact_records(int64_t batch, int64_t next_n, int64_t num
   return (batch + num_ctas) * compact_tiles_per_seq<QPB>(next_n);
 }
 
+// Where unit x of a sequence of weight w falls in the slice of tile k of its `tiles`, as a unit of that
+// tile's own [0, w): the sequence's units [k * w / tiles, (k + 1) * w / tiles) are tile k's, stretched
+// onto [0, w). A cut of the sequence between two CTAs thus splits one of its tiles, not every one (each
+// piece of a tile pays the tile's setup), and the two CTAs map it to the same point of that tile.
+MXL_HD inline int32_t compact_tile_unit(int32_t x, int32_t w, int32_t tiles, int32_t k) {
+  const int64_t y = int64_t(x) * tiles - int64_t(k) * w;
+  return int32_t(y < 0 ? 0 : (y > w ? w : y));
+}
+
 // CTA c's piece (its span s) of tile k of sequence b.
 template <int QPB, int BK>
 MXL_HD inline CtaRecord compact_record(const CompactView& v, const CompactSpan& s, int32_t b, int32_t k) {
   const CtaRecord none{0, 0, 0, 0, 0, 0, 0};
   if (s.empty() || b < s.seq0 || b >= s.seq_end() || b < 0 || b >= v.batch) return none;
-  const int32_t w = compact_weight(v, b);
-  const int32_t from = b == s.seq0 ? s.unit0 : 0, to = b == s.seq1 ? s.unit1 : w;
+  const int32_t w = compact_weight(v, b), tiles = int32_t(compact_tiles_per_seq<QPB>(v.next_n));
+  const int32_t from = compact_tile_unit(b == s.seq0 ? s.unit0 : 0, w, tiles, k);
+  const int32_t to = compact_tile_unit(b == s.seq1 ? s.unit1 : w, w, tiles, k);
   if (to <= v.setup_pages) return none;
   // pages [p0, p1) of the sequence; the chunks whose first page lies there
   const int32_t p0 = (from > v.setup_pages ? from : v.setup_pages) - v.setup_pages, p1 = to - v.setup_pages;

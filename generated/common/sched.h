@@ -145,8 +145,14 @@ MXL_HD inline int64_t tile_weight(const SchedArgs& a, const Tile& tile) {
   return tile.chunks > 0 ? tile.chunks + a.setup_chunks : 0;
 }
 
-// floor(c * total / n) without forming c * total.
+// floor(c * total / n) without forming c * total, for c <= n. In 32 bits when total and n allow (c * r
+// with r < n stays below 2^31): a 64-bit division is a long subroutine on a GPU, and the CTA table it
+// builds is on the plan's critical path.
 MXL_HD inline int64_t cta_first_unit(int64_t c, int64_t total, int64_t n) {
+  if (total <= INT32_MAX && n <= 46340) {
+    const uint32_t q = uint32_t(total) / uint32_t(n), r = uint32_t(total) % uint32_t(n);
+    return int64_t(uint32_t(c) * q + uint32_t(c) * r / uint32_t(n));
+  }
   return c * (total / n) + c * (total % n) / n;
 }
 

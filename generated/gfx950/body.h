@@ -46,10 +46,10 @@ LaunchStatus resident_ctas(K kernel, int threads, int bytes, int* count) {
 }
 
 template <int QPB, int BK, int64_t STAGED, int THREADS>
-__global__ void __launch_bounds__(THREADS) schedule_kernel(const SchedArgs a) {
+__global__ void __launch_bounds__(THREADS) schedule_kernel(const SchedArgs a, int blocks) {
 #if (defined(__HIP_DEVICE_COMPILE__) && defined(__gfx950__)) || defined(MXLOGITS_EMULATE_GFX950)
   MXL_DYNAMIC_SHARED(int64_t, staged);
-  sched::build_schedule_block<QPB, BK, STAGED, THREADS>(a, staged);
+  sched::build_schedule_block<QPB, BK, STAGED, THREADS>(a, staged, int(blockIdx.x), blocks);
 #endif
 }
 
@@ -61,7 +61,8 @@ LaunchStatus launch_schedule_with(const LaunchContext& ctx, const SchedArgs& arg
   const LaunchStatus allowed = status_of(hipFuncSetAttribute(reinterpret_cast<const void*>(kernel),
                                                                    hipFuncAttributeMaxDynamicSharedMemorySize, bytes));
   if (allowed.code != 0) return allowed;
-  hipLaunchKernelGGL(kernel, dim3(1), dim3(THREADS), bytes, static_cast<hipStream_t>(ctx.stream), args);
+  const int blocks = sched::schedule_blocks(THREADS, bytes);
+  hipLaunchKernelGGL(kernel, dim3(blocks), dim3(THREADS), bytes, static_cast<hipStream_t>(ctx.stream), args, blocks);
   return last_launch_status();
 }
 

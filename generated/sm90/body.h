@@ -99,6 +99,41 @@ __device__ records::CompactSpan compact_span_of_cta(const KernelArgs& a, const r
   return s;
 }
 
+// The first page a compact schedule's CTA asks for, from its span alone: the first chunk of its piece of
+// its first sequence's first tile (compact_record's, when the CTA starts inside that tile's share of the
+// sequence), whose page ids the copy warps then load before the records are written.
+template <class T>
+__device__ int32_t compact_first_page(const records::CompactView& v, const records::CompactSpan& s) {
+  constexpr int64_t kPages = T::BLOCK_K / kPageSize;
+  const int64_t x = int64_t(s.unit0) * records::compact_tiles_per_seq<T::Q_PER_BLOCK>(v.next_n);
+  const int64_t p0 = (x > v.setup_pages ? x : v.setup_pages) - v.setup_pages;
+  const int64_t first = (p0 + kPages - 1) / kPages * kPages;
+  return int32_t(first < INT32_MAX ? first : INT32_MAX);
+}
+
+// A compact schedule's CTA's first tile (tile 0 of its first sequence): its queries, their scales and its
+// weights fetched into L2 (a line a thread) while the CTA writes its records, so that the math warps' loads
+// of it after the barrier wait on L2, as after a plan's range, and not on memory.
+template <class T>
+__device__ void prefetch_first_tile(const KernelArgs& a, const records::CompactView& v, const records::CompactSpan& s) {
+  constexpr int kLine = 128, kQLines = kHeads * kRowBytes / kLine, kScaleLines = kHeads * kRowScales / kLine;
+  static_assert(kHeads * kRowBytes % kLine == 0 && kHeads * kRowScales % kLine == 0, "rows of whole lines");
+  if (s.seq0 < 0 || s.seq0 >= v.batch) return;
+  const int rows = v.next_n < T::Q_PER_BLOCK ? v.next_n : T::Q_PER_BLOCK;
+  const int64_t head0 = int64_t(s.seq0) * v.next_n * kHeads;  // rows seq0 * next_n, ...
+  const int weight_bytes = a.weights_bf16 ? 2 : 4;
+  int i = int(threadIdx.x);
+  const uint8_t* line = nullptr;
+  if (i < rows * kQLines) {
+    line = a.q + head0 * kRowBytes + int64_t(i) * kLine;
+  } else if ((i -= rows * kQLines) < rows * kScaleLines) {
+    line = a.q_scale + head0 * kRowScales + int64_t(i) * kLine;
+  } else if ((i -= rows * kScaleLines) < rows * kHeads * weight_bytes / kLine) {
+    line = static_cast<const uint8_t*>(a.weights) + head0 * weight_bytes + int64_t(i) * kLine;
+  }
+  if (line) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(line));
+}
+
 template <class T>
 __global__ void __maxnreg__(T::MAX_REGISTERS) logits_kernel(const __grid_constant__ KernelArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -138,7 +173,12 @@ __global__ void __maxnreg__(T::MAX_REGISTERS) logits_kernel(const __grid_constan
     if (threadIdx.x < T::Q_PER_BLOCK) sh.wexp[threadIdx.x] = 0;
   }
   if (threadIdx.x == 0) sh.math_tile = sh.q16_tile = sh.q16_claim = 0;
+  FirstIds first{};
   if constexpr (T::COMPACT) {  // the CTA's records (and rows' ends) into the workspace, published by the barrier
+    // the copy warps' first page ids in flight under the records' writing and the barrier
+    const int warp = (int(threadIdx.x) - T::MATH_THREADS) / 32;
+    if (threadIdx.x >= T::MATH_THREADS && warp < T::COPIERS) first = first_page_ids(a, span.seq0, compact_first_page<T>(view, span));
+    prefetch_first_tile<T>(a, view, span);
     range = records::expand_cta<T::Q_PER_BLOCK, T::BLOCK_K>(a, view, span, blockIdx.x, threadIdx.x, T::THREADS);
   }
   __syncthreads();
@@ -147,7 +187,7 @@ __global__ void __maxnreg__(T::MAX_REGISTERS) logits_kernel(const __grid_constan
     if constexpr (T::RAISED) set_registers<T::PRODUCER_REGISTERS, false>();
     const int warp = (threadIdx.x - T::MATH_THREADS) / 32;
     if (warp < T::COPIERS) {
-      copy_pages<T>(a, sh, range, warp);
+      copy_pages<T>(a, sh, range, warp, first);
     } else {
       check_pages<T>(a, sh, range, warp - T::COPIERS);
     }
@@ -177,13 +217,13 @@ LaunchStatus resident_ctas(K kernel, int threads, int bytes, int* count) {
 }
 
 template <int QPB, int BK, int64_t STAGED, int THREADS>
-__global__ void __launch_bounds__(THREADS) schedule_kernel(const SchedArgs a) {
+__global__ void __launch_bounds__(THREADS) schedule_kernel(const SchedArgs a, int blocks) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
   MXL_DYNAMIC_SHARED(int64_t, staged);
-  sched::build_schedule_block<QPB, BK, STAGED, THREADS>(a, staged);
+  sched::build_schedule_block<QPB, BK, STAGED, THREADS>(a, staged, int(blockIdx.x), blocks);
 #endif
 }
 
@@ -195,7 +235,8 @@ LaunchStatus launch_schedule_with(const LaunchContext& ctx, const SchedArgs& arg
   const LaunchStatus allowed = status_of(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
                                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   if (allowed.code != 0) return allowed;
-  kernel<<<1, THREADS, bytes, static_cast<cudaStream_t>(ctx.stream)>>>(args);
+  const int blocks = sched::schedule_blocks(THREADS, bytes);
+  kernel<<<blocks, THREADS, bytes, static_cast<cudaStream_t>(ctx.stream)>>>(args, blocks);
   return last_launch_status();
 }
 

@@ -45,31 +45,45 @@ __device__ void issue(const KernelArgs& a, Shared<T>& sh, const Slots<T>& slots,
   }
 }
 
-// Copy warp k issues pages k, k + COPIERS, ... of the CTA's sequence. Page ids come 32 at a time
-// (one coalesced load per lane, then shuffles), not one block_tables round trip per page.
+// The first 32 page ids (a lane's each) of the CTA's first record, of sequence `batch` from page `first`: loaded
+// as soon as that record is known, not after its span (the start's chain: record, span, page ids, page). The
+// index is checked against block_tables alone, so the load is safe whatever the record holds; the walk takes
+// the ids only where it asks for that very row and first page. Small decode calls: 0.1-0.2 us
+// (docs/experiments.md). `first` is checked before first + lane: a forged chunk near INT32_MAX would wrap it.
+struct FirstIds {
+  int32_t batch, first, id;
+  bool valid;
+};
+__device__ inline FirstIds first_page_ids(const KernelArgs& a, int32_t batch, int32_t first) {
+  const int lane = threadIdx.x % 32;
+  const bool valid = batch >= 0 && batch < a.num_seqs && first < a.block_table_width;
+  const int32_t id = valid && first + lane < a.block_table_width
+                         ? a.block_tables[int64_t(batch) * a.block_table_stride + first + lane]
+                         : -1;
+  return FirstIds{batch, first, id, valid};
+}
+// A plan's: those of its range's copy of its first record.
 template <class T>
-__device__ void copy_pages(const KernelArgs& a, Shared<T>& sh, const CtaRange& range, int k) {
+__device__ inline FirstIds first_page_ids(const KernelArgs& a, const CtaRecord& r0) {
+  return first_page_ids(a, r0.batch_id, int32_t(records::first_token<T::BLOCK_K>(r0) / kPageSize));
+}
+
+// Copy warp k issues pages k, k + COPIERS, ... of the CTA's sequence. Page ids come 32 at a time
+// (one coalesced load per lane, then shuffles), not one block_tables round trip per page. The first 32:
+// a compact schedule's CTA loaded them (`first`) before it wrote its records; a plan's loads them here.
+template <class T>
+__device__ void copy_pages(const KernelArgs& a, Shared<T>& sh, const CtaRange& range, int k, FirstIds first) {
   const int lane = threadIdx.x % 32;
   const Slots<T> slots(sh);
   const bool fused = a.kv_scale == a.kv + kPageValueBytes && a.kv_scale_page_stride == a.kv_page_stride;
-  // The range's record's first 32 page ids, loaded as soon as the range is here, not after its span
-  // (the start's chain: range, span, page ids, page). The index is checked against block_tables
-  // alone, so the load is safe whatever the record holds; the walk takes the ids only where it asks
-  // for that very row and first page. Small decode calls: 0.1-0.2 us (docs/experiments.md). spec_first
-  // is checked before spec_first + lane: a forged chunk_start near INT32_MAX would wrap the sum.
-  const CtaRecord& r0 = range.first;
-  const int32_t spec_first = int32_t(records::first_token<T::BLOCK_K>(r0) / kPageSize);
-  const bool spec = r0.batch_id >= 0 && r0.batch_id < a.num_seqs && spec_first < a.block_table_width;
-  const int32_t spec_id = spec && spec_first + lane < a.block_table_width
-                              ? a.block_tables[int64_t(r0.batch_id) * a.block_table_stride + spec_first + lane]
-                              : -1;
+  if constexpr (!T::COMPACT) first = first_page_ids<T>(a, range.first);
   for_each_record<T>(a, range, [&](uint32_t g, const CtaRecord& r, const records::Span&, const PageRun& run) {
     const int32_t* table = a.block_tables + int64_t(r.batch_id) * a.block_table_stride;
     const int32_t last = run.first + run.count - 1;
-    const bool reuse = spec && r.batch_id == r0.batch_id && run.first == spec_first;
+    const bool reuse = first.valid && r.batch_id == first.batch && run.first == first.first;
     for (int32_t p0 = run.first; p0 <= last; p0 += 32) {
       const int32_t mine = p0 + lane;
-      const int32_t id = mine <= last && mine < a.block_table_width ? (reuse && p0 == run.first ? spec_id : table[mine]) : -1;
+      const int32_t id = mine <= last && mine < a.block_table_width ? (reuse && p0 == run.first ? first.id : table[mine]) : -1;
       const uint32_t g0 = g + uint32_t(p0 - run.first);  // page p0's place in the sequence
       const int count = min(last - p0 + 1, 32);
       for (int i = first_turn(g0, k, T::COPIERS); i < count; i += T::COPIERS) {

@@ -189,7 +189,7 @@ def test_a_kernel_over_its_arch_limit_fails(tmp_path, capsys, limit, message):
     key = limit.split(":")[0]
     rc, _, err = run_isa(render_stub(tmp_path, STUB.replace(limit, f"{key}: 16")), capsys)
     assert rc == 1
-    assert re.search(rf"stubisa clean: void mxlogits::stubisa::schedule_kernel<1, 64, \d+l, 512>\(mxlogits::SchedArgs\): {message}", err)
+    assert re.search(rf"stubisa clean: void mxlogits::stubisa::schedule_kernel<1, 64, \d+l, 512>\(mxlogits::SchedArgs, int\): {message}", err)
     assert re.search(rf"{message} \(instances.yaml: isa\)", err)
 
 
