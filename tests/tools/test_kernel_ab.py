@@ -1,0 +1,87 @@
+"""tools/kernel_ab.py on the host: it takes a base revision's committed generated/ and refuses one whose
+runtime/ differs from the checkout's (it loads both sides' kernels with the checkout's runtime), reads
+ncu's CSV report into launch times in µs whatever the unit, compares the rounds launch by launch, and
+without ncu says so and exits 2. CI has no GPU, so this keeps the tool from drifting unseen."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+from support.checkout import ROOT
+
+
+def load_tool():
+    spec = importlib.util.spec_from_file_location("kernel_ab", ROOT / "tools" / "kernel_ab.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
+def commit(repo, files: dict[str, str], message: str) -> str:
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    run = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True, text=True)  # noqa: E731
+    run("add", "-A")
+    run("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", message)
+    return run("rev-parse", "HEAD").stdout.strip()
+
+
+def test_base_generated_taken_and_a_runtime_difference_refused(tmp_path):
+    tool = load_tool()
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    first = commit(repo, {"runtime/op.py": "a = 1\n", "generated/manifest.json": '{"v": 1}'}, "first")
+    commit(repo, {"templates/k.j2": "x\n", "generated/manifest.json": '{"v": 2}'}, "kernels only")
+    got = tool.export_generated(first, tmp_path / "out", root=repo)
+    assert (got / "manifest.json").read_text() == '{"v": 1}'
+    commit(repo, {"runtime/op.py": "a = 2\n"}, "runtime")
+    with pytest.raises(tool.AbError, match="runtime/ differs between"):
+        tool.export_generated(first, tmp_path / "again", root=repo)
+    with pytest.raises(tool.AbError, match="git rev-parse"):
+        tool.export_generated("no-such-revision", tmp_path / "none", root=repo)
+
+
+REPORT = """==PROF== Connected to process 1
+a line the command printed
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
+"0","1","python","h","void k<1>(A)","1","7","(512, 1, 1)","(1, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","nsecond","4,512"
+"1","1","python","h","void logits_kernel<T>(K)","1","7","(640, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","usecond","226.50"
+"2","1","python","h","void logits_kernel<T>(K)","1","7","(640, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","msecond","1.73"
+"""
+
+
+def test_report_read_into_launch_times():
+    tool = load_tool()
+    assert tool.kernel_times(REPORT) == [
+        ("void k<1>(A)", pytest.approx(4.512)),
+        ("void logits_kernel<T>(K)", pytest.approx(226.5)),
+        ("void logits_kernel<T>(K)", pytest.approx(1730.0)),
+    ]
+    with pytest.raises(tool.AbError, match="unknown unit"):
+        tool.kernel_times(REPORT.replace('"msecond"', '"cycle"'))
+
+
+def test_rounds_compared_launch_by_launch():
+    tool = load_tool()
+    rounds = {"base": [[("k", 2.0), ("m", 4.0)], [("k", 2.2), ("m", 4.4)]], "head": [[("k", 1.0), ("m", 5.0)]] * 2}
+    rows = tool.compare(rounds)
+    assert [(r["launch"], r["kernel"], r["base_us"], r["head_us"]) for r in rows] == [
+        (0, "k", [2.0, 2.2], [1.0, 1.0]),
+        (1, "m", [4.0, 4.4], [5.0, 5.0]),
+    ]
+    with pytest.raises(tool.AbError, match="different numbers of launches"):
+        tool.compare({"base": [[("k", 1.0)]], "head": [[("k", 1.0), ("k", 1.0)]]})
+
+
+def test_without_ncu_it_says_so(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "kernel_ab.py"), "HEAD", "--", "true"],
+        capture_output=True, text=True, env={"PATH": str(tmp_path)}, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "ncu (Nsight Compute) not found" in result.stderr

@@ -1,0 +1,154 @@
+"""Two builds' kernels side by side on a GPU: a command run under `ncu` with this checkout's generated/
+and with a base revision's, in turn, for several rounds in one process tree on one machine
+(docs/performance.md, comparing two builds), each launch's kernel time printed for both.
+
+    python tools/kernel_ab.py BASE [--kernel REGEX] [--rounds 2] [--json PATH] -- COMMAND ...
+    python tools/kernel_ab.py f608e67 --kernel logits_kernel -- python tools/compact_timing.py --profile
+
+BASE's kernels are its committed generated/, taken with `git archive` and loaded through
+MXLOGITS_GENERATED_DIR; the runtime and the command are this checkout's, so the two sides may differ
+in templates/ and generated/ only (a runtime/ difference is refused: it could not load the other's
+module). Each side's module is built before it is profiled. Times: `gpu__time_duration` under
+`ncu --clock-control none --cache-control all` (every launch after a flush of the caches)."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GENERATED_ENV = "MXLOGITS_GENERATED_DIR"
+METRIC = "gpu__time_duration.sum"
+
+
+class AbError(Exception):
+    pass
+
+
+def git(root: Path, *args: str) -> bytes:
+    result = subprocess.run(["git", "-C", str(root), *args], capture_output=True)
+    if result.returncode != 0:
+        raise AbError(f"kernel_ab: git {' '.join(args)}: {result.stderr.decode().strip()}")
+    return result.stdout
+
+
+def export_generated(base: str, into: Path, root: Path = ROOT) -> Path:
+    """BASE's committed generated/ under `into`; refuses a BASE whose runtime/ differs from the checkout's."""
+    git(root, "rev-parse", "--verify", f"{base}^{{commit}}")
+    if subprocess.run(["git", "-C", str(root), "diff", "--quiet", base, "--", "runtime"]).returncode != 0:
+        raise AbError(
+            f"kernel_ab: runtime/ differs between {base} and this checkout: the A/B loads both sides' kernels "
+            "with this checkout's runtime, so the two may differ in templates/ and generated/ only"
+        )
+    with tarfile.open(fileobj=io.BytesIO(git(root, "archive", base, "generated"))) as archive:
+        archive.extractall(into, filter="data")
+    return into / "generated"
+
+
+def kernel_times(report: str) -> list[tuple[str, float]]:
+    """(kernel name, µs) of each launch in an `ncu --csv --metrics gpu__time_duration.sum` report, in order."""
+    header, times = None, []
+    for line in report.splitlines():
+        if not line.startswith('"'):
+            continue
+        fields = next(csv.reader(io.StringIO(line)))
+        if header is None:
+            header = fields
+            continue
+        row = dict(zip(header, fields))
+        if row.get("Metric Name") != METRIC:
+            continue
+        value, unit = float(row["Metric Value"].replace(",", "")), row.get("Metric Unit", "")
+        scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}.get(unit)
+        if scale is None:
+            raise AbError(f"kernel_ab: unknown unit {unit!r} of {METRIC}")
+        times.append((row["Kernel Name"], value * scale))
+    return times
+
+
+def profile(command: list[str], kernel: str, env: dict[str, str]) -> list[tuple[str, float]]:
+    ncu = ["ncu", "--clock-control", "none", "--cache-control", "all", "--csv", "--metrics", METRIC]
+    if kernel:
+        ncu += ["-k", f"regex:{kernel}"]
+    result = subprocess.run([*ncu, *command], capture_output=True, text=True, env=env, cwd=ROOT)
+    if result.returncode != 0:
+        raise AbError(f"kernel_ab: {' '.join(command)} under ncu failed ({result.returncode}):\n{result.stderr[-2000:]}")
+    return kernel_times(result.stdout)
+
+
+def short(name: str) -> str:
+    return name if len(name) <= 70 else name[:67] + "..."
+
+
+def compare(rounds: dict[str, list[list[tuple[str, float]]]]) -> list[dict]:
+    """Per launch: its kernel and each side's µs over the rounds; the sides must launch the same kernels."""
+    base, head = rounds["base"], rounds["head"]
+    counts = {len(r) for r in base + head}
+    if len(counts) != 1:
+        raise AbError(f"kernel_ab: the rounds profiled different numbers of launches ({sorted(counts)})")
+    rows = []
+    for i in range(counts.pop()):
+        names = {r[i][0] for r in base + head}
+        rows.append({
+            "launch": i,
+            "kernel": names.pop() if len(names) == 1 else " | ".join(sorted(names)),
+            "base_us": [r[i][1] for r in base],
+            "head_us": [r[i][1] for r in head],
+        })
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("base", help="the revision whose generated/ is the base side")
+    parser.add_argument("--kernel", default="", help="ncu's kernel-name regex (default: every kernel)")
+    parser.add_argument("--rounds", type=int, default=2, help="base then this checkout, this many times")
+    parser.add_argument("--json", type=Path, help="write every launch's times here")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to profile")
+    args = parser.parse_args()
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    try:
+        if not command:
+            raise AbError("kernel_ab: no command: give it after --")
+        if args.rounds < 1:
+            raise AbError(f"kernel_ab: --rounds: expected at least 1, found {args.rounds}")
+        if shutil.which("ncu") is None:
+            raise AbError("kernel_ab: ncu (Nsight Compute) not found: the A/B needs a GPU machine with it")
+        with tempfile.TemporaryDirectory(prefix="kernel_ab_") as tmp:
+            sides = {"base": {**os.environ, GENERATED_ENV: str(export_generated(args.base, Path(tmp)))},
+                     "head": {k: v for k, v in os.environ.items() if k != GENERATED_ENV}}
+            build = "import mxlogits as mx; mx.plan_buffers('cuda', 1, 1)"  # this arch's module, outside ncu
+            for env in sides.values():
+                subprocess.run([sys.executable, "-c", build], env=env, cwd=ROOT, check=True)
+            rounds = {side: [] for side in sides}
+            for _ in range(args.rounds):
+                for side, env in sides.items():
+                    rounds[side].append(profile(command, args.kernel, env))
+            rows = compare(rounds)
+    except (AbError, subprocess.CalledProcessError) as e:
+        print(e, file=sys.stderr)
+        return 2
+    print(f"base {args.base} | this checkout; µs per round; {' '.join(command)}")
+    print("| launch | kernel | base µs | head µs | head / base (medians) |")
+    print("|--:|---|--:|--:|--:|")
+    for r in rows:
+        b, h = statistics.median(r["base_us"]), statistics.median(r["head_us"])
+        print(f"| {r['launch']} | {short(r['kernel'])} | {' '.join(f'{x:.2f}' for x in r['base_us'])} | "
+              f"{' '.join(f'{x:.2f}' for x in r['head_us'])} | {h / b:.3f} |")
+    if args.json:
+        args.json.write_text(json.dumps({"base": args.base, "command": command, "launches": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
