@@ -82,7 +82,8 @@ def profile(command: list[str], kernel: str, env: dict[str, str]) -> list[tuple[
         ncu += ["-k", f"regex:{kernel}"]
     result = subprocess.run([*ncu, *command], capture_output=True, text=True, env=env, cwd=ROOT)
     if result.returncode != 0:
-        raise AbError(f"kernel_ab: {' '.join(command)} under ncu failed ({result.returncode}):\n{result.stderr[-2000:]}")
+        tail = result.stderr[-2000:]
+        raise AbError(f"kernel_ab: {' '.join(command)} under ncu failed ({result.returncode}):\n{tail}")
     return kernel_times(result.stdout)
 
 

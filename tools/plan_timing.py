@@ -3,6 +3,7 @@
 replayed from one CUDA graph.
 
     python tools/plan_timing.py [--tables decode_mtp1,prefill_causal] [--repeats 30]
+    python tools/plan_timing.py --profile [--tables ...]   # each shape's plan twice, nothing timed (for ncu)
 
 Only the windows are built (no KV cache), so every table, the deepgemm_* ones included, runs in seconds."""
 
@@ -44,6 +45,28 @@ def plan_us(shape: Shape, variant, device: torch.device, repeats: int) -> float:
     return statistics.median(call_seconds([make_plan], device, repeats)) * 1e6
 
 
+def table_plans(tables: str, device: torch.device):
+    """(table, shape, variant) of each shape of these tables, the variant the bench runs it on."""
+    for table in tables.split(","):
+        mtp = {"decode_mtp2": 2, "decode_mtp4": 4, "deepgemm_next2": 2, "deepgemm_next6": 6}.get(table, 1)
+        variant = mx.variant_for(device, 4 if table.startswith("prefill") else mtp)
+        for shape in TABLES[table](1, mx.plan_buffers(device, 1, 1, variant).num_ctas):
+            yield table, shape, variant
+
+
+def profile(tables: str, device: torch.device) -> int:
+    """Each shape's plan built twice (the second for a profiler's kernel time), nothing timed; the count of plans."""
+    count = 0
+    for _, shape, variant in table_plans(tables, device):
+        w = windows(shape, device)
+        buffers = mx.plan_buffers(device, shape.total_q, shape.batch, variant)
+        for _ in range(2):
+            mx.plan(w["cu_seq_q"], w["local_ends"], buffers=buffers, local_starts=w["local_starts"],
+                    row_to_batch=w["row_to_batch"])
+            count += 1
+    return count
+
+
 def graph_pair_us(device: torch.device, replays: int = 200) -> float:
     """Median µs of one replay of a graph holding plan() and the op of GRAPH_ROW (MTP 1)."""
     batch, context = GRAPH_ROW
@@ -64,17 +87,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tables", default=",".join(TABLES))
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--profile", action="store_true",
+                        help="each shape's plan twice, nothing timed and no graph (for ncu: tools/kernel_ab.py)")
     args = parser.parse_args()
     device = torch.device("cuda")
+    if args.profile:
+        profile(args.tables, device)
+        torch.cuda.synchronize()
+        return
     print(f"{torch.cuda.get_device_name(device)}")
     print("| table | shape | variant | rows | plan µs |")
     print("|---|---|---|--:|--:|")
-    for table in args.tables.split(","):
-        mtp = {"decode_mtp2": 2, "decode_mtp4": 4, "deepgemm_next2": 2, "deepgemm_next6": 6}.get(table, 1)
-        variant = mx.variant_for(device, 4 if table.startswith("prefill") else mtp)
-        for shape in TABLES[table](1, mx.plan_buffers(device, 1, 1, variant).num_ctas):
-            print(f"| {table} | {shape.label} | {variant.name} | {shape.total_q} | "
-                  f"{plan_us(shape, variant, device, args.repeats):.1f} |", flush=True)
+    for table, shape, variant in table_plans(args.tables, device):
+        print(f"| {table} | {shape.label} | {variant.name} | {shape.total_q} | "
+              f"{plan_us(shape, variant, device, args.repeats):.1f} |", flush=True)
     print(f"plan + op of B={GRAPH_ROW[0]}, ctx {GRAPH_ROW[1]} (MTP 1) from one CUDA graph: {graph_pair_us(device):.1f} µs")
 
 

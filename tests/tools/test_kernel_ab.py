@@ -24,7 +24,9 @@ def commit(repo, files: dict[str, str], message: str) -> str:
     for name, text in files.items():
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
         (repo / name).write_text(text)
-    run = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True, text=True)  # noqa: E731
+    def run(*args: str):
+        return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True)
+
     run("add", "-A")
     run("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", message)
     return run("rev-parse", "HEAD").stdout.strip()
@@ -46,13 +48,24 @@ def test_base_generated_taken_and_a_runtime_difference_refused(tmp_path):
         tool.export_generated("no-such-revision", tmp_path / "none", root=repo)
 
 
-REPORT = """==PROF== Connected to process 1
-a line the command printed
-"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
-"0","1","python","h","void k<1>(A)","1","7","(512, 1, 1)","(1, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","nsecond","4,512"
-"1","1","python","h","void logits_kernel<T>(K)","1","7","(640, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","usecond","226.50"
-"2","1","python","h","void logits_kernel<T>(K)","1","7","(640, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","msecond","1.73"
-"""
+HEADER = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
+          "Grid Size", "Device", "CC", "Section Name", "Metric Name", "Metric Unit", "Metric Value"]
+
+
+def report_row(i: int, kernel: str, unit: str, value: str) -> str:
+    fields = [str(i), "1", "python", "h", kernel, "1", "7", "(640, 1, 1)", "(132, 1, 1)", "0", "9.0",
+              "Command line profiler metrics", "gpu__time_duration.sum", unit, value]
+    return ",".join(f'"{f}"' for f in fields)
+
+
+REPORT = "\n".join([
+    "==PROF== Connected to process 1",
+    "a line the command printed",
+    ",".join(f'"{f}"' for f in HEADER),
+    report_row(0, "void k<1>(A)", "nsecond", "4,512"),
+    report_row(1, "void logits_kernel<T>(K)", "usecond", "226.50"),
+    report_row(2, "void logits_kernel<T>(K)", "msecond", "1.73"),
+])
 
 
 def test_report_read_into_launch_times():

@@ -32,3 +32,12 @@ def test_windows_are_the_shapes_and_plan(table):
     assert [cu[b + 1] - cu[b] for b in range(shape.batch)] == shape.rows_per_sequence()
     assert list(zip(w["row_to_batch"].tolist(), w["local_starts"].tolist(), w["local_ends"].tolist())) == list(shape.rows)
     assert tool.plan_us(shape, variant, device, 2) > 0
+
+
+def test_profile_plans_every_shape_twice():
+    """--profile (the A/B's command): each shape of the tables planned twice, nothing timed."""
+    tool = load_tool()
+    device = torch.device("cpu")
+    shapes = len(list(tool.table_plans("decode_mtp2,deepgemm_next6", device)))
+    assert shapes == len(TABLES["decode_mtp2"](1, 8)) + len(TABLES["deepgemm_next6"](1, 8))
+    assert tool.profile("decode_mtp2", device) == 2 * len(TABLES["decode_mtp2"](1, 8))
