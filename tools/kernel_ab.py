@@ -26,8 +26,9 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from mxlogits.manifest import GENERATED_DIR_ENV
+
 ROOT = Path(__file__).resolve().parents[1]
-GENERATED_ENV = "MXLOGITS_GENERATED_DIR"
 METRIC = "gpu__time_duration.sum"
 
 
@@ -126,8 +127,8 @@ def main() -> int:
         if shutil.which("ncu") is None:
             raise AbError("kernel_ab: ncu (Nsight Compute) not found: the A/B needs a GPU machine with it")
         with tempfile.TemporaryDirectory(prefix="kernel_ab_") as tmp:
-            sides = {"base": {**os.environ, GENERATED_ENV: str(export_generated(args.base, Path(tmp)))},
-                     "head": {k: v for k, v in os.environ.items() if k != GENERATED_ENV}}
+            sides = {"base": {**os.environ, GENERATED_DIR_ENV: str(export_generated(args.base, Path(tmp)))},
+                     "head": {k: v for k, v in os.environ.items() if k != GENERATED_DIR_ENV}}
             build = "import mxlogits as mx; mx.plan_buffers('cuda', 1, 1)"  # this arch's module, outside ncu
             for env in sides.values():
                 subprocess.run([sys.executable, "-c", build], env=env, cwd=ROOT, check=True)

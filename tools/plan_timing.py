@@ -14,6 +14,8 @@ import statistics
 
 import mxlogits as mx
 import torch
+from mxlogits.arch import arch_of
+from mxlogits.bench.rows import pick_variant
 from mxlogits.bench.shapes import TABLES, Shape
 from mxlogits.bench.timing import call_seconds, replay_us
 from mxlogits.synthetic import make_scene
@@ -34,22 +36,22 @@ def windows(shape: Shape, device: torch.device) -> dict:
     }
 
 
+def plan_of(w: dict, buffers) -> mx.MqaLogitsPlan:
+    """mx.plan() of these windows into these buffers."""
+    return mx.plan(w["cu_seq_q"], w["local_ends"], buffers=buffers, local_starts=w["local_starts"],
+                   row_to_batch=w["row_to_batch"])
+
+
 def plan_us(shape: Shape, variant, device: torch.device, repeats: int) -> float:
     w = windows(shape, device)
     buffers = mx.plan_buffers(device, shape.total_q, shape.batch, variant)
-
-    def make_plan():
-        return mx.plan(w["cu_seq_q"], w["local_ends"], buffers=buffers, local_starts=w["local_starts"],
-                       row_to_batch=w["row_to_batch"])
-
-    return statistics.median(call_seconds([make_plan], device, repeats)) * 1e6
+    return statistics.median(call_seconds([lambda: plan_of(w, buffers)], device, repeats)) * 1e6
 
 
 def table_plans(tables: str, device: torch.device):
     """(table, shape, variant) of each shape of these tables, the variant the bench runs it on."""
     for table in tables.split(","):
-        mtp = {"decode_mtp2": 2, "decode_mtp4": 4, "deepgemm_next2": 2, "deepgemm_next6": 6}.get(table, 1)
-        variant = mx.variant_for(device, 4 if table.startswith("prefill") else mtp)
+        variant = pick_variant(table, arch_of(device), None)
         for shape in TABLES[table](1, mx.plan_buffers(device, 1, 1, variant).num_ctas):
             yield table, shape, variant
 
@@ -61,8 +63,7 @@ def profile(tables: str, device: torch.device) -> int:
         w = windows(shape, device)
         buffers = mx.plan_buffers(device, shape.total_q, shape.batch, variant)
         for _ in range(2):
-            mx.plan(w["cu_seq_q"], w["local_ends"], buffers=buffers, local_starts=w["local_starts"],
-                    row_to_batch=w["row_to_batch"])
+            plan_of(w, buffers)
             count += 1
     return count
 
