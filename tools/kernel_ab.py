@@ -4,6 +4,7 @@ and with a base revision's, in turn, for several rounds in one process tree on o
 
     python tools/kernel_ab.py BASE [--kernel REGEX] [--rounds 2] [--json PATH] -- COMMAND ...
     python tools/kernel_ab.py f608e67 --kernel logits_kernel -- python tools/compact_timing.py --profile
+    python tools/kernel_ab.py .base/f608e67 ...   (git archive f608e67 generated runtime | tar -x -C .base/f608e67)
 
 BASE's kernels are its committed generated/, taken with `git archive` and loaded through
 MXLOGITS_GENERATED_DIR; the runtime and the command are this checkout's, so the two sides may differ
@@ -30,6 +31,8 @@ from mxlogits.manifest import GENERATED_DIR_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 METRIC = "gpu__time_duration.sum"
+RUNTIME_RULE = ("the A/B loads both sides' kernels with this checkout's runtime, so the two may differ in "
+                "templates/ and generated/ only")
 
 
 class AbError(Exception):
@@ -43,14 +46,23 @@ def git(root: Path, *args: str) -> bytes:
     return result.stdout
 
 
+def source_files(tree: Path) -> dict[str, bytes]:
+    return {str(f.relative_to(tree)): f.read_bytes() for f in sorted(tree.rglob("*"))
+            if f.is_file() and "__pycache__" not in f.parts}
+
+
 def export_generated(base: str, into: Path, root: Path = ROOT) -> Path:
-    """BASE's committed generated/ under `into`; refuses a BASE whose runtime/ differs from the checkout's."""
+    """BASE's generated/: a revision's committed one, exported under `into`, or that of a folder holding a
+    revision's generated/ and runtime/ (`git archive REV generated runtime | tar -x -C DIR`, for a GPU
+    machine that is sent the working tree without its history). Refuses a BASE whose runtime/ differs from
+    the checkout's."""
+    if Path(base).is_dir():
+        if source_files(Path(base) / "runtime") != source_files(root / "runtime"):
+            raise AbError(f"kernel_ab: runtime/ differs between {base} and this checkout: {RUNTIME_RULE}")
+        return Path(base) / "generated"
     git(root, "rev-parse", "--verify", f"{base}^{{commit}}")
     if subprocess.run(["git", "-C", str(root), "diff", "--quiet", base, "--", "runtime"]).returncode != 0:
-        raise AbError(
-            f"kernel_ab: runtime/ differs between {base} and this checkout: the A/B loads both sides' kernels "
-            "with this checkout's runtime, so the two may differ in templates/ and generated/ only"
-        )
+        raise AbError(f"kernel_ab: runtime/ differs between {base} and this checkout: {RUNTIME_RULE}")
     with tarfile.open(fileobj=io.BytesIO(git(root, "archive", base, "generated"))) as archive:
         archive.extractall(into, filter="data")
     return into / "generated"
@@ -112,7 +124,7 @@ def compare(rounds: dict[str, list[list[tuple[str, float]]]]) -> list[dict]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("base", help="the revision whose generated/ is the base side")
+    parser.add_argument("base", help="the revision whose generated/ is the base side, or a folder exported from one")
     parser.add_argument("--kernel", default="", help="ncu's kernel-name regex (default: every kernel)")
     parser.add_argument("--rounds", type=int, default=2, help="base then this checkout, this many times")
     parser.add_argument("--json", type=Path, help="write every launch's times here")

@@ -48,6 +48,24 @@ def test_base_generated_taken_and_a_runtime_difference_refused(tmp_path):
         tool.export_generated("no-such-revision", tmp_path / "none", root=repo)
 
 
+def test_base_folder_taken_and_a_runtime_difference_refused(tmp_path):
+    """A GPU machine gets the working tree without its history: the base side comes as an exported folder."""
+    tool = load_tool()
+    for tree, value in (("checkout", "1"), ("base", "1")):
+        (tmp_path / tree / "runtime" / "__pycache__").mkdir(parents=True)
+        (tmp_path / tree / "runtime" / "op.py").write_text(f"a = {value}\n")
+    (tmp_path / "checkout" / "runtime" / "__pycache__" / "op.pyc").write_bytes(b"only here")
+    assert tool.export_generated(str(tmp_path / "base"), tmp_path / "unused", root=tmp_path / "checkout") \
+        == tmp_path / "base" / "generated"
+    (tmp_path / "base" / "runtime" / "op.py").write_text("a = 2\n")
+    with pytest.raises(tool.AbError, match="runtime/ differs between"):
+        tool.export_generated(str(tmp_path / "base"), tmp_path / "unused", root=tmp_path / "checkout")
+    (tmp_path / "base" / "runtime" / "op.py").write_text("a = 1\n")
+    (tmp_path / "base" / "runtime" / "extra.py").write_text("")
+    with pytest.raises(tool.AbError, match="runtime/ differs between"):
+        tool.export_generated(str(tmp_path / "base"), tmp_path / "unused", root=tmp_path / "checkout")
+
+
 HEADER = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
           "Grid Size", "Device", "CC", "Section Name", "Metric Name", "Metric Unit", "Metric Value"]
 
