@@ -31,6 +31,8 @@ from mxlogits.manifest import GENERATED_DIR_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 METRIC = "gpu__time_duration.sum"
+# ncu's units of a duration, long and short (the lent H100s' ncu prints "ns", "us", "ms")
+UNITS = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6, "ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 RUNTIME_RULE = ("the A/B loads both sides' kernels with this checkout's runtime, so the two may differ in "
                 "templates/ and generated/ only")
 
@@ -57,9 +59,10 @@ def export_generated(base: str, into: Path, root: Path = ROOT) -> Path:
     machine that is sent the working tree without its history). Refuses a BASE whose runtime/ differs from
     the checkout's."""
     if Path(base).is_dir():
-        if source_files(Path(base) / "runtime") != source_files(root / "runtime"):
+        tree = Path(base).resolve()  # the command runs in the checkout's root
+        if source_files(tree / "runtime") != source_files(root / "runtime"):
             raise AbError(f"kernel_ab: runtime/ differs between {base} and this checkout: {RUNTIME_RULE}")
-        return Path(base) / "generated"
+        return tree / "generated"
     git(root, "rev-parse", "--verify", f"{base}^{{commit}}")
     if subprocess.run(["git", "-C", str(root), "diff", "--quiet", base, "--", "runtime"]).returncode != 0:
         raise AbError(f"kernel_ab: runtime/ differs between {base} and this checkout: {RUNTIME_RULE}")
@@ -82,7 +85,7 @@ def kernel_times(report: str) -> list[tuple[str, float]]:
         if row.get("Metric Name") != METRIC:
             continue
         value, unit = float(row["Metric Value"].replace(",", "")), row.get("Metric Unit", "")
-        scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}.get(unit)
+        scale = UNITS.get(unit)
         if scale is None:
             raise AbError(f"kernel_ab: unknown unit {unit!r} of {METRIC}")
         times.append((row["Kernel Name"], value * scale))
@@ -95,7 +98,7 @@ def profile(command: list[str], kernel: str, env: dict[str, str]) -> list[tuple[
         ncu += ["-k", f"regex:{kernel}"]
     result = subprocess.run([*ncu, *command], capture_output=True, text=True, env=env, cwd=ROOT)
     if result.returncode != 0:
-        tail = result.stderr[-2000:]
+        tail = (result.stdout + result.stderr)[-2000:]  # ncu reports its own errors on stdout
         raise AbError(f"kernel_ab: {' '.join(command)} under ncu failed ({result.returncode}):\n{tail}")
     return kernel_times(result.stdout)
 
@@ -122,15 +125,24 @@ def compare(rounds: dict[str, list[list[tuple[str, float]]]]) -> list[dict]:
     return rows
 
 
-def main() -> int:
+def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
+    """The tool's own arguments and the command after `--` (argparse's REMAINDER would take the options
+    given after BASE as part of the command)."""
+    if "--" not in argv:
+        return argv, []
+    i = argv.index("--")
+    return argv[:i], argv[i + 1:]
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("base", help="the revision whose generated/ is the base side, or a folder exported from one")
     parser.add_argument("--kernel", default="", help="ncu's kernel-name regex (default: every kernel)")
     parser.add_argument("--rounds", type=int, default=2, help="base then this checkout, this many times")
     parser.add_argument("--json", type=Path, help="write every launch's times here")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to profile")
-    args = parser.parse_args()
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    parser.usage = "kernel_ab.py [-h] [--kernel KERNEL] [--rounds ROUNDS] [--json JSON] base -- COMMAND ..."
+    own, command = split_command(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(own)
     try:
         if not command:
             raise AbError("kernel_ab: no command: give it after --")

@@ -95,6 +95,16 @@ def test_report_read_into_launch_times():
     ]
     with pytest.raises(tool.AbError, match="unknown unit"):
         tool.kernel_times(REPORT.replace('"msecond"', '"cycle"'))
+    # the short units of the ncu on the lent H100s (2026-12-07)
+    short = REPORT.replace('"nsecond"', '"ns"').replace('"usecond"', '"us"').replace('"msecond"', '"ms"')
+    assert tool.kernel_times(short) == tool.kernel_times(REPORT)
+
+
+def test_options_after_base_are_the_tools_and_the_command_follows_the_separator():
+    tool = load_tool()
+    argv = ["f608e67", "--kernel", "logits_kernel", "--rounds", "3", "--", "python", "-c", "x", "--kernel", "y"]
+    assert tool.split_command(argv) == (argv[:5], ["python", "-c", "x", "--kernel", "y"])
+    assert tool.split_command(["f608e67"]) == (["f608e67"], [])
 
 
 def test_rounds_compared_launch_by_launch():
