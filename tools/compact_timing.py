@@ -4,7 +4,8 @@ shapes, same timer, same process; and the CUDA-graph sequence of vLLM and SGLang
 a persistent buffer, op captured on it, replayed with the next step's context lengths) checked against
 an eager call.
 
-    python tools/compact_timing.py [--repeats 30]
+    python tools/compact_timing.py [--repeats 30] [--shapes 256:8192:1,256:8192:2]
+    python tools/compact_timing.py --profile [--shapes ...]   # each shape's calls twice, nothing timed (for ncu)
 
 Each time is the median of `repeats` event-timed calls after an L2 flush (mxlogits.bench.timing; the op
 on a plan and on the compact schedule alternated call by call, so that neither runs at a hotter clock) and,
@@ -42,14 +43,27 @@ def decode_case(batch: int, context: int, next_n: int, device: str, seed: int = 
     return case, torch.tensor(lens, dtype=torch.int32, device=device)
 
 
+def parse_shapes(text: str) -> list[tuple[int, int, int]]:
+    """`B:CTX:NEXT_N,...` (e.g. 256:8192:2) as (batch, context, next_n) triples."""
+    shapes = []
+    for item in text.split(","):
+        fields = item.split(":")
+        if len(fields) != 3 or not all(f.isdigit() and int(f) > 0 for f in fields):
+            raise argparse.ArgumentTypeError(f"expected B:CTX:NEXT_N of positive integers, found {item!r}")
+        shapes.append(tuple(int(f) for f in fields))
+    return shapes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--shapes", type=parse_shapes, default=SHAPES,
+                        help="B:CTX:NEXT_N,... (default: the decode shapes above, B=4,096 included)")
     parser.add_argument("--profile", action="store_true",
                         help="one schedule build, plan and op of each kind per shape, nothing timed (for ncu)")
     args = parser.parse_args()
     if args.profile:
-        profile()
+        profile(args.shapes)
         return
     device = torch.device("cuda")
     sms = torch.cuda.get_device_properties(device).multi_processor_count
@@ -59,7 +73,7 @@ def main() -> None:
     print("| B | ctx | next_n | variant | metadata µs (graph) | plan µs (graph) | op on plan µs | op on compact µs | ratio |"
           " op on plan, graph µs | op on compact, graph µs | op on plan, bf16 out µs |")
     print("|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|")
-    for batch, context, next_n in SHAPES:
+    for batch, context, next_n in args.shapes:
         case, lens = decode_case(batch, context, next_n, "cuda")
         variant = mx.variant_for(device, next_n)
         meta = mx.compact_schedule(lens, sms)
@@ -100,11 +114,11 @@ def main() -> None:
     graph_sequence(device, sms)
 
 
-def profile() -> None:
+def profile(shapes: list[tuple[int, int, int]]) -> None:
     """Each shape's calls once, after a warm-up call, for a profiler's kernel durations."""
     device = torch.device("cuda")
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    for batch, context, next_n in SHAPES:
+    for batch, context, next_n in shapes:
         case, lens = decode_case(batch, context, next_n, "cuda")
         variant = mx.variant_for(device, next_n)
         buffers = mx.plan_buffers(device, batch * next_n, batch, variant)
