@@ -4,7 +4,7 @@ and with a base revision's, in turn, for several rounds in one process tree on o
 
     python tools/kernel_ab.py BASE [--kernel REGEX] [--rounds 2] [--json PATH] -- COMMAND ...
     python tools/kernel_ab.py f608e67 --kernel logits_kernel -- python tools/compact_timing.py --profile
-    python tools/kernel_ab.py .base/f608e67 ...   (git archive f608e67 generated runtime | tar -x -C .base/f608e67)
+    python tools/kernel_ab.py DIR ...   (DIR a revision's export: git archive REV generated runtime | tar -x -C DIR)
 
 BASE's kernels are its committed generated/, taken with `git archive` and loaded through
 MXLOGITS_GENERATED_DIR; the runtime and the command are this checkout's, so the two sides may differ
@@ -134,14 +134,14 @@ def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv[:i], argv[i + 1:]
 
 
-def main(argv: list[str] | None = None) -> int:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("base", help="the revision whose generated/ is the base side, or a folder exported from one")
     parser.add_argument("--kernel", default="", help="ncu's kernel-name regex (default: every kernel)")
     parser.add_argument("--rounds", type=int, default=2, help="base then this checkout, this many times")
     parser.add_argument("--json", type=Path, help="write every launch's times here")
     parser.usage = "kernel_ab.py [-h] [--kernel KERNEL] [--rounds ROUNDS] [--json JSON] base -- COMMAND ..."
-    own, command = split_command(sys.argv[1:] if argv is None else argv)
+    own, command = split_command(sys.argv[1:])
     args = parser.parse_args(own)
     try:
         if not command:
