@@ -134,6 +134,11 @@ __device__ void prefetch_first_tile(const KernelArgs& a, const records::CompactV
   if (line) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(line));
 }
 
+// Which of the producer warps (those above the math warps) this thread is in: the first COPIERS copy pages,
+// the rest check them. For a thread of a producer warp only.
+template <class T>
+__device__ inline int producer_warp() { return int((threadIdx.x - T::MATH_THREADS) / 32); }
+
 template <class T>
 __global__ void __maxnreg__(T::MAX_REGISTERS) logits_kernel(const __grid_constant__ KernelArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -176,8 +181,9 @@ __global__ void __maxnreg__(T::MAX_REGISTERS) logits_kernel(const __grid_constan
   FirstIds first{};
   if constexpr (T::COMPACT) {  // the CTA's records (and rows' ends) into the workspace, published by the barrier
     // the copy warps' first page ids in flight under the records' writing and the barrier
-    const int warp = (int(threadIdx.x) - T::MATH_THREADS) / 32;
-    if (threadIdx.x >= T::MATH_THREADS && warp < T::COPIERS) first = first_page_ids(a, span.seq0, compact_first_page<T>(view, span));
+    if (threadIdx.x >= T::MATH_THREADS && producer_warp<T>() < T::COPIERS) {
+      first = first_page_ids(a, span.seq0, compact_first_page<T>(view, span));
+    }
     prefetch_first_tile<T>(a, view, span);
     range = records::expand_cta<T::Q_PER_BLOCK, T::BLOCK_K>(a, view, span, blockIdx.x, threadIdx.x, T::THREADS);
   }
@@ -185,7 +191,7 @@ __global__ void __maxnreg__(T::MAX_REGISTERS) logits_kernel(const __grid_constan
   // One branch per role: ptxas then compiles each within the registers its setmaxnreg gives it.
   if (threadIdx.x >= T::MATH_THREADS) {
     if constexpr (T::RAISED) set_registers<T::PRODUCER_REGISTERS, false>();
-    const int warp = (threadIdx.x - T::MATH_THREADS) / 32;
+    const int warp = producer_warp<T>();
     if (warp < T::COPIERS) {
       copy_pages<T>(a, sh, range, warp, first);
     } else {
