@@ -104,10 +104,11 @@ __device__ records::CompactSpan compact_span_of_cta(const KernelArgs& a, const r
 // sequence), whose page ids the copy warps then load before the records are written.
 template <class T>
 __device__ int32_t compact_first_page(const records::CompactView& v, const records::CompactSpan& s) {
-  constexpr int64_t kPages = T::BLOCK_K / kPageSize;
+  // tile 0's unit of unit0 before its clamp to the sequence's weight (not known yet): at most INT32_MAX here,
+  // where a piece past the block table loads no ids
   const int64_t x = int64_t(s.unit0) * records::compact_tiles_per_seq<T::Q_PER_BLOCK>(v.next_n);
-  const int64_t p0 = (x > v.setup_pages ? x : v.setup_pages) - v.setup_pages;
-  const int64_t first = (p0 + kPages - 1) / kPages * kPages;
+  const int32_t k0 = records::compact_first_chunk<T::BLOCK_K>(int32_t(x < INT32_MAX ? x : INT32_MAX), v.setup_pages);
+  const int64_t first = int64_t(k0) * (T::BLOCK_K / kPageSize);
   return int32_t(first < INT32_MAX ? first : INT32_MAX);
 }
 
