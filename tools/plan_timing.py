@@ -42,10 +42,15 @@ def plan_of(w: dict, buffers) -> mx.MqaLogitsPlan:
                    row_to_batch=w["row_to_batch"])
 
 
-def plan_us(shape: Shape, variant, device: torch.device, repeats: int) -> float:
+def planned(shape: Shape, variant, device: torch.device):
+    """A callable building this shape's plan into buffers of its own."""
     w = windows(shape, device)
     buffers = mx.plan_buffers(device, shape.total_q, shape.batch, variant)
-    return statistics.median(call_seconds([lambda: plan_of(w, buffers)], device, repeats)) * 1e6
+    return lambda: plan_of(w, buffers)
+
+
+def plan_us(shape: Shape, variant, device: torch.device, repeats: int) -> float:
+    return statistics.median(call_seconds([planned(shape, variant, device)], device, repeats)) * 1e6
 
 
 def table_plans(tables: str, device: torch.device):
@@ -60,10 +65,9 @@ def profile(tables: str, device: torch.device) -> int:
     """Each shape's plan built twice (the second for a profiler's kernel time), nothing timed; the count of plans."""
     count = 0
     for _, shape, variant in table_plans(tables, device):
-        w = windows(shape, device)
-        buffers = mx.plan_buffers(device, shape.total_q, shape.batch, variant)
+        build = planned(shape, variant, device)
         for _ in range(2):
-            plan_of(w, buffers)
+            build()
             count += 1
     return count
 
