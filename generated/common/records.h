@@ -120,11 +120,15 @@ MXL_HD inline int32_t compact_tile_unit(int32_t x, int32_t w, int32_t tiles, int
   return int32_t(y < 0 ? 0 : (y > w ? w : y));
 }
 
-// The first chunk of a tile's piece that starts at unit `from` of the tile's share: the first whose first page
-// lies at or past the piece's first page (units past the tile's setup are its pages).
+// The first page of a tile's piece that starts at unit `from` of the tile's share (units past the tile's setup
+// are its pages).
+MXL_HD inline int32_t compact_piece_page(int32_t from, int32_t setup_pages) {
+  return (from > setup_pages ? from : setup_pages) - setup_pages;
+}
+// The piece's first chunk: the first whose first page lies at or past the piece's first page.
 template <int BK>
 MXL_HD inline int32_t compact_first_chunk(int32_t from, int32_t setup_pages) {
-  return chunks_of((from > setup_pages ? from : setup_pages) - setup_pages, BK / kPageSize);
+  return chunks_of(compact_piece_page(from, setup_pages), BK / kPageSize);
 }
 
 // CTA c's piece (its span s) of tile k of sequence b.
@@ -137,9 +141,9 @@ MXL_HD inline CtaRecord compact_record(const CompactView& v, const CompactSpan& 
   const int32_t to = compact_tile_unit(b == s.seq1 ? s.unit1 : w, w, tiles, k);
   if (to <= v.setup_pages) return none;
   // pages [p0, p1) of the sequence; the chunks whose first page lies there
-  const int32_t p0 = (from > v.setup_pages ? from : v.setup_pages) - v.setup_pages, p1 = to - v.setup_pages;
+  const int32_t p0 = compact_piece_page(from, v.setup_pages), p1 = to - v.setup_pages;
   if (p1 <= p0) return none;
-  const int32_t k0 = compact_first_chunk<BK>(from, v.setup_pages), k1 = chunks_of(p1, BK / kPageSize);
+  const int32_t k0 = chunks_of(p0, BK / kPageSize), k1 = chunks_of(p1, BK / kPageSize);
   const int32_t r0 = b * v.next_n + k * QPB, rows = v.next_n - k * QPB < QPB ? v.next_n - k * QPB : QPB;
   int32_t e = 0;  // the tile's union window [0, e)
   for (int32_t r = r0; r < r0 + rows; ++r) {
