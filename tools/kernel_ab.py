@@ -10,7 +10,9 @@ BASE's kernels are its committed generated/, taken with `git archive` and loaded
 MXLOGITS_GENERATED_DIR; the runtime and the command are this checkout's, so the two sides may differ
 in templates/ and generated/ only (a runtime/ difference is refused: it could not load the other's
 module). Each side's module is built before it is profiled. Times: `gpu__time_duration` under
-`ncu --clock-control none --cache-control all` (every launch after a flush of the caches)."""
+`ncu --clock-control none --cache-control all` (every launch after a flush of the caches). `--counters`
+adds each launch's warp instructions, issue rate and DRAM read throughput (ncu replays each launch for
+them, so a round takes several times longer)."""
 
 from __future__ import annotations
 
@@ -33,6 +35,22 @@ ROOT = Path(__file__).resolve().parents[1]
 METRIC = "gpu__time_duration.sum"
 # ncu's units of a duration, long and short (the lent H100s' ncu prints "ns", "us", "ms")
 UNITS = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6, "ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
+# --counters: what says whether a kernel is issue- or memory-bound (docs/performance.md), each as its column
+# and the scale from ncu's unit to the column's, ncu's prefixes (K, M, G, T) taken off first
+COUNTERS = {
+    "smsp__inst_executed.sum": ("M warp instructions", {"inst": 1e-6}),
+    "smsp__issue_active.avg.pct_of_peak_sustained_active": ("issue active %", {"%": 1.0}),
+    "dram__bytes_read.sum.per_second": ("DRAM read TB/s", {"byte/second": 1e-12, "B/s": 1e-12}),
+}
+PREFIXES = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+
+
+def unit_scale(unit: str, units: dict[str, float]) -> float | None:
+    if unit in units:
+        return units[unit]
+    if unit[:1] in PREFIXES and unit[1:] in units:
+        return PREFIXES[unit[:1]] * units[unit[1:]]
+    return None
 RUNTIME_RULE = ("the A/B loads both sides' kernels with this checkout's runtime, so the two may differ in "
                 "templates/ and generated/ only")
 
@@ -71,9 +89,11 @@ def export_generated(base: str, into: Path, root: Path = ROOT) -> Path:
     return into / "generated"
 
 
-def kernel_times(report: str) -> list[tuple[str, float]]:
-    """(kernel name, µs) of each launch in an `ncu --csv --metrics gpu__time_duration.sum` report, in order."""
-    header, times = None, []
+def launches(report: str, counters: bool = False) -> list[tuple[str, dict[str, float]]]:
+    """(kernel name, {metric: value}) of each launch in an `ncu --csv` report, in order: its µs under METRIC
+    and, with `counters`, each of COUNTERS in its column's unit. ncu writes a row per launch and metric."""
+    wanted = {METRIC: UNITS, **({m: units for m, (_, units) in COUNTERS.items()} if counters else {})}
+    header, found = None, {}
     for line in report.splitlines():
         if not line.startswith('"'):
             continue
@@ -82,33 +102,46 @@ def kernel_times(report: str) -> list[tuple[str, float]]:
             header = fields
             continue
         row = dict(zip(header, fields))
-        if row.get("Metric Name") != METRIC:
+        metric = row.get("Metric Name")
+        if metric not in wanted:
             continue
-        value, unit = float(row["Metric Value"].replace(",", "")), row.get("Metric Unit", "")
-        scale = UNITS.get(unit)
+        unit = row.get("Metric Unit", "")
+        scale = wanted[metric].get(unit) if metric == METRIC else unit_scale(unit, wanted[metric])
         if scale is None:
-            raise AbError(f"kernel_ab: unknown unit {unit!r} of {METRIC}")
-        times.append((row["Kernel Name"], value * scale))
-    return times
+            raise AbError(f"kernel_ab: unknown unit {unit!r} of {metric}")
+        name, values = found.setdefault(row["ID"], (row["Kernel Name"], {}))
+        values[metric] = float(row["Metric Value"].replace(",", "")) * scale
+    for i, (name, values) in found.items():
+        missing = sorted(set(wanted) - set(values))
+        if missing:
+            raise AbError(f"kernel_ab: launch {i} ({short(name)}) has no {', '.join(missing)} in ncu's report")
+    return list(found.values())
 
 
-def profile(command: list[str], kernel: str, env: dict[str, str]) -> list[tuple[str, float]]:
-    ncu = ["ncu", "--clock-control", "none", "--cache-control", "all", "--csv", "--metrics", METRIC]
+def kernel_times(report: str) -> list[tuple[str, float]]:
+    """(kernel name, µs) of each launch in an `ncu --csv --metrics gpu__time_duration.sum` report, in order."""
+    return [(name, values[METRIC]) for name, values in launches(report)]
+
+
+def profile(command: list[str], kernel: str, env: dict[str, str], counters: bool = False) -> list[tuple[str, dict]]:
+    metrics = ",".join([METRIC, *(COUNTERS if counters else ())])
+    ncu = ["ncu", "--clock-control", "none", "--cache-control", "all", "--csv", "--metrics", metrics]
     if kernel:
         ncu += ["-k", f"regex:{kernel}"]
     result = subprocess.run([*ncu, *command], capture_output=True, text=True, env=env, cwd=ROOT)
     if result.returncode != 0:
         tail = (result.stdout + result.stderr)[-2000:]  # ncu reports its own errors on stdout
         raise AbError(f"kernel_ab: {' '.join(command)} under ncu failed ({result.returncode}):\n{tail}")
-    return kernel_times(result.stdout)
+    return launches(result.stdout, counters)
 
 
 def short(name: str) -> str:
     return name if len(name) <= 70 else name[:67] + "..."
 
 
-def compare(rounds: dict[str, list[list[tuple[str, float]]]]) -> list[dict]:
-    """Per launch: its kernel and each side's µs over the rounds; the sides must launch the same kernels."""
+def compare(rounds: dict[str, list[list[tuple[str, dict[str, float]]]]]) -> list[dict]:
+    """Per launch: its kernel, each side's µs over the rounds and, where profiled, each side's counters over
+    the rounds (by their columns); the sides must launch the same kernels."""
     base, head = rounds["base"], rounds["head"]
     counts = {len(r) for r in base + head}
     if len(counts) != 1:
@@ -116,12 +149,17 @@ def compare(rounds: dict[str, list[list[tuple[str, float]]]]) -> list[dict]:
     rows = []
     for i in range(counts.pop()):
         names = {r[i][0] for r in base + head}
-        rows.append({
+        row = {
             "launch": i,
             "kernel": names.pop() if len(names) == 1 else " | ".join(sorted(names)),
-            "base_us": [r[i][1] for r in base],
-            "head_us": [r[i][1] for r in head],
-        })
+            "base_us": [r[i][1][METRIC] for r in base],
+            "head_us": [r[i][1][METRIC] for r in head],
+        }
+        counters = {column: {side: [r[i][1][metric] for r in rounds[side]] for side in ("base", "head")}
+                    for metric, (column, _) in COUNTERS.items() if metric in base[0][i][1]}
+        if counters:
+            row["counters"] = counters
+        rows.append(row)
     return rows
 
 
@@ -140,7 +178,10 @@ def main() -> int:
     parser.add_argument("--kernel", default="", help="ncu's kernel-name regex (default: every kernel)")
     parser.add_argument("--rounds", type=int, default=2, help="base then this checkout, this many times")
     parser.add_argument("--json", type=Path, help="write every launch's times here")
-    parser.usage = "kernel_ab.py [-h] [--kernel KERNEL] [--rounds ROUNDS] [--json JSON] base -- COMMAND ..."
+    parser.add_argument("--counters", action="store_true",
+                        help="also each launch's warp instructions, issue rate and DRAM read throughput")
+    parser.usage = ("kernel_ab.py [-h] [--kernel KERNEL] [--rounds ROUNDS] [--json JSON] [--counters] base "
+                    "-- COMMAND ...")
     own, command = split_command(sys.argv[1:])
     args = parser.parse_args(own)
     try:
@@ -159,7 +200,7 @@ def main() -> int:
             rounds = {side: [] for side in sides}
             for _ in range(args.rounds):
                 for side, env in sides.items():
-                    rounds[side].append(profile(command, args.kernel, env))
+                    rounds[side].append(profile(command, args.kernel, env, args.counters))
             rows = compare(rounds)
     except (AbError, subprocess.CalledProcessError) as e:
         print(e, file=sys.stderr)
@@ -171,6 +212,14 @@ def main() -> int:
         b, h = statistics.median(r["base_us"]), statistics.median(r["head_us"])
         print(f"| {r['launch']} | {short(r['kernel'])} | {' '.join(f'{x:.2f}' for x in r['base_us'])} | "
               f"{' '.join(f'{x:.2f}' for x in r['head_us'])} | {h / b:.3f} |")
+    if args.counters:
+        print("\n| launch | counter | base | head | head / base (medians) |")
+        print("|--:|---|--:|--:|--:|")
+        for r in rows:
+            for column, sides in r["counters"].items():
+                b, h = statistics.median(sides["base"]), statistics.median(sides["head"])
+                print(f"| {r['launch']} | {column} | {' '.join(f'{x:.3g}' for x in sides['base'])} | "
+                      f"{' '.join(f'{x:.3g}' for x in sides['head'])} | {h / b if b else float('nan'):.3f} |")
     if args.json:
         args.json.write_text(json.dumps({"base": args.base, "command": command, "launches": rows}, indent=1))
     return 0

@@ -1,6 +1,7 @@
 """tools/kernel_ab.py on the host: it takes a base revision's committed generated/ and refuses one whose
 runtime/ differs from the checkout's (it loads both sides' kernels with the checkout's runtime), reads
-ncu's CSV report into launch times in µs whatever the unit, compares the rounds launch by launch, and
+ncu's CSV report into launch times in µs whatever the unit (and, with --counters, each launch's
+instructions, issue rate and DRAM throughput in their columns' units), compares the rounds launch by launch, and
 without ncu says so and exits 2. CI has no GPU, so this keeps the tool from drifting unseen."""
 
 from __future__ import annotations
@@ -70,9 +71,9 @@ HEADER = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Conte
           "Grid Size", "Device", "CC", "Section Name", "Metric Name", "Metric Unit", "Metric Value"]
 
 
-def report_row(i: int, kernel: str, unit: str, value: str) -> str:
+def report_row(i: int, kernel: str, unit: str, value: str, metric: str = "gpu__time_duration.sum") -> str:
     fields = [str(i), "1", "python", "h", kernel, "1", "7", "(640, 1, 1)", "(132, 1, 1)", "0", "9.0",
-              "Command line profiler metrics", "gpu__time_duration.sum", unit, value]
+              "Command line profiler metrics", metric, unit, value]
     return ",".join(f'"{f}"' for f in fields)
 
 
@@ -100,6 +101,37 @@ def test_report_read_into_launch_times():
     assert tool.kernel_times(short) == tool.kernel_times(REPORT)
 
 
+INSTRUCTIONS, ISSUE, DRAM = "smsp__inst_executed.sum", "smsp__issue_active.avg.pct_of_peak_sustained_active", \
+    "dram__bytes_read.sum.per_second"
+COUNTED = "\n".join([
+    ",".join(f'"{f}"' for f in HEADER),
+    report_row(0, "void logits_kernel<T>(K)", "Tbyte/second", "2.30", DRAM),
+    report_row(0, "void logits_kernel<T>(K)", "usecond", "234.60"),
+    report_row(0, "void logits_kernel<T>(K)", "inst", "128,700,000", INSTRUCTIONS),
+    report_row(0, "void logits_kernel<T>(K)", "%", "66.5", ISSUE),
+    report_row(1, "void k<1>(A)", "Gbyte/second", "310.5", DRAM),
+    report_row(1, "void k<1>(A)", "ns", "4,512"),
+    report_row(1, "void k<1>(A)", "Kinst", "12.5", INSTRUCTIONS),
+    report_row(1, "void k<1>(A)", "%", "3.0", ISSUE),
+])
+
+
+def test_counters_read_per_launch_in_their_columns_units():
+    tool = load_tool()
+    (k0, c0), (k1, c1) = tool.launches(COUNTED, counters=True)
+    assert (k0, k1) == ("void logits_kernel<T>(K)", "void k<1>(A)")
+    assert c0 == {"gpu__time_duration.sum": pytest.approx(234.6), INSTRUCTIONS: pytest.approx(128.7),
+                  ISSUE: pytest.approx(66.5), DRAM: pytest.approx(2.3)}
+    assert c1 == {"gpu__time_duration.sum": pytest.approx(4.512), INSTRUCTIONS: pytest.approx(0.0125),
+                  ISSUE: pytest.approx(3.0), DRAM: pytest.approx(0.3105)}
+    assert tool.kernel_times(COUNTED) == [(k0, pytest.approx(234.6)), (k1, pytest.approx(4.512))]
+    with pytest.raises(tool.AbError, match="unknown unit 'Xbyte/second'"):
+        tool.launches(COUNTED.replace('"Tbyte/second"', '"Xbyte/second"'), counters=True)
+    lacking = "\n".join(line for line in COUNTED.splitlines() if not ('"1"' in line[:4] and ISSUE in line))
+    with pytest.raises(tool.AbError, match=r"launch 1 \(void k<1>\(A\)\) has no " + ISSUE.replace(".", r"\.")):
+        tool.launches(lacking, counters=True)
+
+
 def test_options_after_base_are_the_tools_and_the_command_follows_the_separator():
     tool = load_tool()
     argv = ["f608e67", "--kernel", "logits_kernel", "--rounds", "3", "--", "python", "-c", "x", "--kernel", "y"]
@@ -109,14 +141,21 @@ def test_options_after_base_are_the_tools_and_the_command_follows_the_separator(
 
 def test_rounds_compared_launch_by_launch():
     tool = load_tool()
-    rounds = {"base": [[("k", 2.0), ("m", 4.0)], [("k", 2.2), ("m", 4.4)]], "head": [[("k", 1.0), ("m", 5.0)]] * 2}
+    def launch(name, us, instructions=None):
+        return name, {tool.METRIC: us, **({INSTRUCTIONS: instructions} if instructions else {})}
+
+    rounds = {"base": [[launch("k", 2.0), launch("m", 4.0)], [launch("k", 2.2), launch("m", 4.4)]],
+              "head": [[launch("k", 1.0), launch("m", 5.0)]] * 2}
     rows = tool.compare(rounds)
     assert [(r["launch"], r["kernel"], r["base_us"], r["head_us"]) for r in rows] == [
         (0, "k", [2.0, 2.2], [1.0, 1.0]),
         (1, "m", [4.0, 4.4], [5.0, 5.0]),
     ]
+    assert all("counters" not in r for r in rows)
+    counted = tool.compare({"base": [[launch("k", 2.0, 9.0)]], "head": [[launch("k", 1.0, 7.0)]]})
+    assert counted[0]["counters"] == {"M warp instructions": {"base": [9.0], "head": [7.0]}}
     with pytest.raises(tool.AbError, match="different numbers of launches"):
-        tool.compare({"base": [[("k", 1.0)]], "head": [[("k", 1.0), ("k", 1.0)]]})
+        tool.compare({"base": [[launch("k", 1.0)]], "head": [[launch("k", 1.0), launch("k", 1.0)]]})
 
 
 def test_without_ncu_it_says_so(tmp_path):
