@@ -40,7 +40,7 @@ UNITS = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6, "ns": 1
 COUNTERS = {
     "smsp__inst_executed.sum": ("M warp instructions", {"inst": 1e-6}),
     "smsp__issue_active.avg.pct_of_peak_sustained_active": ("issue active %", {"%": 1.0}),
-    "dram__bytes_read.sum.per_second": ("DRAM read TB/s", {"byte/second": 1e-12, "B/s": 1e-12}),
+    "dram__bytes_read.sum.per_second": ("DRAM read TB/s", {"byte/second": 1e-12, "byte/s": 1e-12, "B/s": 1e-12}),
 }
 PREFIXES = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 

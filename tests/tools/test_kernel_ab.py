@@ -125,6 +125,9 @@ def test_counters_read_per_launch_in_their_columns_units():
     assert c1 == {"gpu__time_duration.sum": pytest.approx(4.512), INSTRUCTIONS: pytest.approx(0.0125),
                   ISSUE: pytest.approx(3.0), DRAM: pytest.approx(0.3105)}
     assert tool.kernel_times(COUNTED) == [(k0, pytest.approx(234.6)), (k1, pytest.approx(4.512))]
+    # the short form of the lent H100s' ncu (2026-12-07)
+    short = COUNTED.replace('"Tbyte/second"', '"Tbyte/s"').replace('"Gbyte/second"', '"Gbyte/s"')
+    assert tool.launches(short, counters=True) == tool.launches(COUNTED, counters=True)
     with pytest.raises(tool.AbError, match="unknown unit 'Xbyte/second'"):
         tool.launches(COUNTED.replace('"Tbyte/second"', '"Xbyte/second"'), counters=True)
     lacking = "\n".join(line for line in COUNTED.splitlines() if not ('"1"' in line[:4] and ISSUE in line))
