@@ -240,6 +240,14 @@ __device__ inline uint32_t relu_f16x2(uint32_t x) {
   return out;
 }
 
+// relu of two fp32 accumulators, rounded to f16 and packed (`hi` in the upper half): one instruction
+// for two cells where the products stay in fp32 (a one-pass tile, the traits' F32_PRODUCTS).
+__device__ inline uint32_t relu_f16x2(float hi, float lo) {
+  uint32_t out;
+  asm("cvt.rn.relu.f16x2.f32 %0, %1, %2;" : "=r"(out) : "f"(hi), "f"(lo));
+  return out;
+}
+
 // Byte offset of the head sum's B element (k, n) within its k-step: two core matrices of 8 columns
 // x 8 halves, k-adjacent (leading byte offset 128); a k-step takes 256 bytes.
 MXL_HD constexpr int head_sum_b_offset(int k, int n) { return (k / 8) * 128 + n * 16 + (k % 8) * 2; }

@@ -28,7 +28,7 @@ struct Tunables_qlen1_kv64 {
   static constexpr int checkers = 2;
   static constexpr int ctas_per_sm = 1;
   static constexpr int pass_columns = 64;
-  static constexpr int mma_head_sum = 0;
+  static constexpr int mma_head_sum = 1;
   static constexpr int math_registers = 104;
   static constexpr int issue_order = 0;
 };

@@ -80,6 +80,60 @@ __device__ inline void retire_and_store(const Shared<T>& sh, float (&sums)[4], u
   store_head_sums<T>(sh, sums, token0, o.f0, o.f1);
 }
 
+// A one-row tile's head sums (F32_PRODUCTS, raised math registers): lane l of each quad's first lane holds
+// the row's sums for tokens r0 and r0 + 8, so it holds the row's out moved by r0, its window moved back by
+// the same (empty on the other lanes, which store nothing) and the row's wscale through a record. The exact
+// path's pages read the weights from shared memory (SharedPass).
+template <class T>
+struct HeldSums : SharedPass<T, 1> {
+  float* row;
+  int32_t from, to;
+  float scale;
+  __device__ static HeldSums load(const Shared<T>& sh) {
+    const int lane = threadIdx.x % 32;
+    const int32_t r0 = atom::a_row(threadIdx.x % 128 / 32, lane, 0);
+    const TileRow& r = sh.rows[0];
+    const bool mine = lane % 4 == 0;
+    float* row = T::BF16_OUT ? reinterpret_cast<float*>(reinterpret_cast<uint16_t*>(r.out) + r0) : r.out + r0;
+    return HeldSums{SharedPass<T, 1>{sh, 0}, row, mine ? r.from - r0 : INT32_MAX, mine ? r.to - r0 : INT32_MIN, sh.wscale[0]};
+  }
+  // Kept in registers through the page loop: left to the compiler, each page recomputed them.
+  __device__ void pin() { asm volatile("" : "+l"(row), "+r"(from), "+r"(to), "+f"(scale)); }
+  __device__ void store_sums(const float (&sums)[4], int32_t token0, float f0, float f1) const {
+    const float v0 = (sums[0] + sums[1]) * scale * f0, v1 = (sums[2] + sums[3]) * scale * f1;
+    const int32_t t1 = token0 + 8;
+    if constexpr (T::BF16_OUT) {
+      store_bf16_pair(row, token0, v0, token0 >= from && token0 < to, t1, v1, t1 >= from && t1 < to);
+    } else {
+      store_if(row + token0, v0, token0 >= from && token0 < to);
+      store_if(row + t1, v1, t1 >= from && t1 < to);
+    }
+  }
+};
+
+// An fp8 page of a one-pass tile with the head sum on the tensor cores (F32_PRODUCTS): multiplied into fp32
+// accumulators as the fp32 head sum's page is, relu(qk) rounded to f16 into the head sum's A by one
+// conversion per two cells, summed over the heads by the second wgmma (B at `hs_desc`).
+template <class T>
+__device__ inline void process_page_mma_f32(const Page& p, int32_t token0, uint64_t desc, uint64_t hs_desc,
+                                            const HeldSums<T>& held) {
+  using K = atom::Fp8;
+  const Operands<K> o = Operands<K>::of(p);
+  float d[T::N / 2];
+  multiply_page<K, T::N>(o, p, desc, d, std::make_integer_sequence<int, kHeadDim / K::kK / 2>{});
+  uint32_t a[T::N / 16][4];
+#pragma unroll
+  for (int i = 0; i < T::N / 4; ++i) a[i / 4][i % 4] = atom::relu_f16x2(d[2 * i + 1], d[2 * i]);
+  atom::fence();
+  float sums[4];
+  issue_head_sum<T::N>(sums, a, hs_desc, 0);
+  atom::commit();
+  atom::wait<0>();
+  atom::pin(sums);
+  atom::pin(a);
+  held.store_sums(sums, token0, o.f0, o.f1);
+}
+
 // An fp8 page with the head sum on the tensor cores, in passes of N_F16 columns: the products into
 // f16 accumulators, their relu as the head sum's A fragments (k-step j is columns 16 j .. 16 j + 15,
 // as the accumulators lie), summed over the heads by the second wgmma. A pass's products run under
