@@ -59,10 +59,11 @@ __device__ inline void store_head_sums(const Shared<T>& sh, const float (&sums)[
   const TileRow& r = sh.rows[mine ? row : 0];
   const float scale = sh.wscale[mine ? row : 0];
   const int32_t t0 = token0 + r0, t1 = t0 + 8;
-  if constexpr (T::BF16_OUT) {  // spelled here: through a helper, the fp32 kernel's code moved
+  if constexpr (T::BF16_OUT) {
     store_bf16_pair(r.out, t0, (sums[0] + sums[1]) * scale * f0, mine && t0 >= r.from && t0 < r.to,
                     t1, (sums[2] + sums[3]) * scale * f1, mine && t1 >= r.from && t1 < r.to);
-  } else {
+  } else {  // not store_pair: there both values are formed before the first store, and the code of
+            // qlen2's and qlen4's fp32 kernels moves
     store_if(r.out + t0, (sums[0] + sums[1]) * scale * f0, mine && t0 >= r.from && t0 < r.to);
     store_if(r.out + t1, (sums[2] + sums[3]) * scale * f1, mine && t1 >= r.from && t1 < r.to);
   }
@@ -102,12 +103,7 @@ struct HeldSums : SharedPass<T, 1> {
   __device__ void store_sums(const float (&sums)[4], int32_t token0, float f0, float f1) const {
     const float v0 = (sums[0] + sums[1]) * scale * f0, v1 = (sums[2] + sums[3]) * scale * f1;
     const int32_t t1 = token0 + 8;
-    if constexpr (T::BF16_OUT) {
-      store_bf16_pair(row, token0, v0, token0 >= from && token0 < to, t1, v1, t1 >= from && t1 < to);
-    } else {
-      store_if(row + token0, v0, token0 >= from && token0 < to);
-      store_if(row + t1, v1, t1 >= from && t1 < to);
-    }
+    store_pair<T::BF16_OUT>(row, token0, v0, token0 >= from && token0 < to, t1, v1, t1 >= from && t1 < to);
   }
 };
 

@@ -119,6 +119,16 @@ __device__ inline void store_bf16_pair(float* row, int32_t t0, float v0, bool s0
   store_if_b16(bf16_cell(row, t0), uint16_t(pair), s0);
   store_if_b16(bf16_cell(row, t1), uint16_t(pair >> 16), s1);
 }
+// Cells t0 and t1 of an out row, fp32 or bf16 (one conversion for both), where s0 / s1 hold.
+template <bool kBf16>
+__device__ inline void store_pair(float* row, int32_t t0, float v0, bool s0, int32_t t1, float v1, bool s1) {
+  if constexpr (kBf16) {
+    store_bf16_pair(row, t0, v0, s0, t1, v1, s1);
+  } else {
+    store_if(row + t0, v0, s0);
+    store_if(row + t1, v1, s1);
+  }
+}
 // This warpgroup's registers per thread: raised above the launch's (from those the others gave
 // back; it waits for them) or lowered (given back).
 template <int kRegisters, bool kRaise>
