@@ -88,9 +88,15 @@ __device__ inline void block_inclusive_scan(int64_t* out, int64_t n, int64_t* pa
   __syncthreads();  // the next phase reads what other threads wrote
 }
 
-// Blocks of the plan launch: kWideBlocks for a wide one (kWideThreads) whose scratch is staged, else one.
-MXL_HD inline int schedule_blocks(int threads, int64_t staged_bytes) {
-  return threads == kWideThreads && staged_bytes > 0 ? kWideBlocks : 1;
+// Blocks of the plan launch, when its scratch is staged (one copy in global memory takes one block):
+// kWideBlocks for a wide one (kWideThreads); otherwise as many as give each thread at most one of the
+// records and ranges to place (up to kWideBlocks), since a thread holding two runs two chains of
+// dependent loads (docs/schedule.md: what plans of ~250 rows and more lost).
+MXL_HD inline int schedule_blocks(int threads, int64_t staged_bytes, int64_t placements) {
+  if (staged_bytes == 0) return 1;
+  if (threads == kWideThreads) return kWideBlocks;
+  const int64_t need = (placements + threads - 1) / threads;
+  return need <= 1 ? 1 : need < kWideBlocks ? int(need) : kWideBlocks;
 }
 
 // Launched as schedule_blocks() blocks of THREADS threads (kSchedThreads or kWideThreads) with

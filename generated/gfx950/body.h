@@ -61,7 +61,7 @@ LaunchStatus launch_schedule_with(const LaunchContext& ctx, const SchedArgs& arg
   const LaunchStatus allowed = status_of(hipFuncSetAttribute(reinterpret_cast<const void*>(kernel),
                                                                    hipFuncAttributeMaxDynamicSharedMemorySize, bytes));
   if (allowed.code != 0) return allowed;
-  const int blocks = sched::schedule_blocks(THREADS, bytes);
+  const int blocks = sched::schedule_blocks(THREADS, bytes, args.num_records + args.num_ctas);
   hipLaunchKernelGGL(kernel, dim3(blocks), dim3(THREADS), bytes, static_cast<hipStream_t>(ctx.stream), args, blocks);
   return last_launch_status();
 }

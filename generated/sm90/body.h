@@ -247,7 +247,7 @@ LaunchStatus launch_schedule_with(const LaunchContext& ctx, const SchedArgs& arg
   const LaunchStatus allowed = status_of(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
                                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   if (allowed.code != 0) return allowed;
-  const int blocks = sched::schedule_blocks(THREADS, bytes);
+  const int blocks = sched::schedule_blocks(THREADS, bytes, args.num_records + args.num_ctas);
   kernel<<<blocks, THREADS, bytes, static_cast<cudaStream_t>(ctx.stream)>>>(args, blocks);
   return last_launch_status();
 }
