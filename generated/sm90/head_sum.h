@@ -81,7 +81,7 @@ __device__ inline void retire_and_store(const Shared<T>& sh, float (&sums)[4], u
   store_head_sums<T>(sh, sums, token0, o.f0, o.f1);
 }
 
-// A one-row tile's head sums (F32_PRODUCTS, raised math registers): lane l of each quad's first lane holds
+// A one-row tile's head sums (F32_PRODUCTS, raised math registers): the first lane of each quad ends with
 // the row's sums for tokens r0 and r0 + 8, so it holds the row's out moved by r0, its window moved back by
 // the same (empty on the other lanes, which store nothing) and the row's wscale through a record. The exact
 // path's pages read the weights from shared memory (SharedPass).
