@@ -43,16 +43,17 @@ COUNTERS = {
     "dram__bytes_read.sum.per_second": ("DRAM read TB/s", {"byte/second": 1e-12, "byte/s": 1e-12, "B/s": 1e-12}),
 }
 PREFIXES = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+RUNTIME_RULE = ("the A/B loads both sides' kernels with this checkout's runtime, so the two may differ in "
+                "templates/ and generated/ only")
 
 
 def unit_scale(unit: str, units: dict[str, float]) -> float | None:
+    """The scale from ncu's `unit` to a column's, by `units` (the column's scale of each base unit)."""
     if unit in units:
         return units[unit]
     if unit[:1] in PREFIXES and unit[1:] in units:
         return PREFIXES[unit[:1]] * units[unit[1:]]
     return None
-RUNTIME_RULE = ("the A/B loads both sides' kernels with this checkout's runtime, so the two may differ in "
-                "templates/ and generated/ only")
 
 
 class AbError(Exception):
@@ -117,10 +118,6 @@ def launches(report: str, counters: bool = False) -> list[tuple[str, dict[str, f
             raise AbError(f"kernel_ab: launch {i} ({short(name)}) has no {', '.join(missing)} in ncu's report")
     return list(found.values())
 
-
-def kernel_times(report: str) -> list[tuple[str, float]]:
-    """(kernel name, µs) of each launch in an `ncu --csv --metrics gpu__time_duration.sum` report, in order."""
-    return [(name, values[METRIC]) for name, values in launches(report)]
 
 
 def profile(command: list[str], kernel: str, env: dict[str, str], counters: bool = False) -> list[tuple[str, dict]]:

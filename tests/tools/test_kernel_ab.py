@@ -87,18 +87,22 @@ REPORT = "\n".join([
 ])
 
 
+def times(tool, report: str) -> list[tuple[str, float]]:
+    return [(name, values[tool.METRIC]) for name, values in tool.launches(report)]
+
+
 def test_report_read_into_launch_times():
     tool = load_tool()
-    assert tool.kernel_times(REPORT) == [
+    assert times(tool, REPORT) == [
         ("void k<1>(A)", pytest.approx(4.512)),
         ("void logits_kernel<T>(K)", pytest.approx(226.5)),
         ("void logits_kernel<T>(K)", pytest.approx(1730.0)),
     ]
     with pytest.raises(tool.AbError, match="unknown unit"):
-        tool.kernel_times(REPORT.replace('"msecond"', '"cycle"'))
+        tool.launches(REPORT.replace('"msecond"', '"cycle"'))
     # the short units of the ncu on the lent H100s (2026-12-07)
     short = REPORT.replace('"nsecond"', '"ns"').replace('"usecond"', '"us"').replace('"msecond"', '"ms"')
-    assert tool.kernel_times(short) == tool.kernel_times(REPORT)
+    assert times(tool, short) == times(tool, REPORT)
 
 
 INSTRUCTIONS, ISSUE, DRAM = "smsp__inst_executed.sum", "smsp__issue_active.avg.pct_of_peak_sustained_active", \
@@ -124,7 +128,7 @@ def test_counters_read_per_launch_in_their_columns_units():
                   ISSUE: pytest.approx(66.5), DRAM: pytest.approx(2.3)}
     assert c1 == {"gpu__time_duration.sum": pytest.approx(4.512), INSTRUCTIONS: pytest.approx(0.0125),
                   ISSUE: pytest.approx(3.0), DRAM: pytest.approx(0.3105)}
-    assert tool.kernel_times(COUNTED) == [(k0, pytest.approx(234.6)), (k1, pytest.approx(4.512))]
+    assert times(tool, COUNTED) == [(k0, pytest.approx(234.6)), (k1, pytest.approx(4.512))]
     # the short form of the lent H100s' ncu (2026-12-07)
     short = COUNTED.replace('"Tbyte/second"', '"Tbyte/s"').replace('"Gbyte/second"', '"Gbyte/s"')
     assert tool.launches(short, counters=True) == tool.launches(COUNTED, counters=True)
