@@ -81,7 +81,7 @@ __device__ void consume(const KernelArgs& a, Shared<T>& sh, const CtaRange& rang
     }
     const int32_t i0 = first_turn(g, wg, T::MATH_WARPGROUPS);
     constexpr int kRows = T::N_PASS / kHeads;
-    if constexpr (T::RAISED && T::F32_PRODUCTS) {  // registers to hold the row's reads
+    if constexpr (T::F32_PRODUCTS) {  // raised (the traits assert it): registers to hold the row's reads
       consume_pages<T>(sh, slots, tile_fp8, g, run.first, i0, run.count, HeldSums<T>::load(sh));
     } else if constexpr (T::RAISED && !T::MMA_HEAD_SUM && T::N == kHeads) {
       consume_pages<T>(sh, slots, tile_fp8, g, run.first, i0, run.count, HeldPass<T>::load(sh));
