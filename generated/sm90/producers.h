@@ -68,6 +68,23 @@ __device__ inline FirstIds first_page_ids(const KernelArgs& a, const CtaRecord& 
   return first_page_ids(a, r0.batch_id, int32_t(records::first_token<T::BLOCK_K>(r0) / kPageSize));
 }
 
+// The query values and weights of a record's tile (rows row0 .. row0 + rows - 1), fetched into L2 by the bulk-copy
+// engine, one instruction each: issued by a copy warp, which runs up to `stages` pages ahead of the math warps,
+// they are in L2 when the math warps load the tile at the record's start (its scales: the check warps read them
+// just after). Weights not 16-byte aligned (a view into a larger tensor) are left out: the bulk prefetch needs it.
+__device__ inline void prefetch_tile(const KernelArgs& a, int32_t row0, int rows) {
+  const int64_t head0 = int64_t(row0) * kHeads;
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(a.q + head0 * kRowBytes),
+               "r"(uint32_t(rows * kHeads * kRowBytes))
+               : "memory");
+  const int weight_bytes = a.weights_bf16 ? 2 : 4;
+  const uint8_t* w = static_cast<const uint8_t*>(a.weights) + head0 * weight_bytes;
+  if (reinterpret_cast<uintptr_t>(w) % 16 == 0) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(w), "r"(uint32_t(rows * kHeads * weight_bytes))
+                 : "memory");
+  }
+}
+
 // Copy warp k issues pages k, k + COPIERS, ... of the CTA's sequence. Page ids come 32 at a time
 // (one coalesced load per lane, then shuffles), not one block_tables round trip per page. The first 32:
 // a compact schedule's CTA loaded them (`first`) before it wrote its records; a plan's loads them here.
@@ -77,7 +94,8 @@ __device__ void copy_pages(const KernelArgs& a, Shared<T>& sh, const CtaRange& r
   const Slots<T> slots(sh);
   const bool fused = a.kv_scale == a.kv + kPageValueBytes && a.kv_scale_page_stride == a.kv_page_stride;
   if constexpr (!T::COMPACT) first = first_page_ids<T>(a, range.first);
-  for_each_record<T>(a, range, [&](uint32_t g, const CtaRecord& r, const records::Span&, const PageRun& run) {
+  for_each_record<T>(a, range, [&](uint32_t g, const CtaRecord& r, const records::Span& span, const PageRun& run) {
+    if (T::PREFETCH_TILES && k == 0 && lane == 0) prefetch_tile(a, r.row_id, span.rows);
     const int32_t* table = a.block_tables + int64_t(r.batch_id) * a.block_table_stride;
     const int32_t last = run.first + run.count - 1;
     const bool reuse = first.valid && r.batch_id == first.batch && run.first == first.first;

@@ -31,6 +31,9 @@ struct Traits : Instance, Tunables {
   static constexpr bool RAISED = Tunables::math_registers > MAX_REGISTERS;
   static constexpr int MATH_REGISTERS = RAISED ? Tunables::math_registers : MAX_REGISTERS;
   static constexpr int PRODUCER_REGISTERS = MAX_REGISTERS * (THREADS / 128) - MATH_REGISTERS * MATH_WARPGROUPS;
+  // The copy warps fetch each record's query tile into L2 ahead of the math warps (prefetch_tile) where
+  // their registers allow: at 32 (qlen4's math warps raised to 112) the producers' record loop spills.
+  static constexpr bool PREFETCH_TILES = PRODUCER_REGISTERS > 32;
   static constexpr int N = Instance::Q_PER_BLOCK * kHeads;  // every head of every row of the tile
   static constexpr int N_PASS = N < Tunables::pass_columns ? N : Tunables::pass_columns;  // wgmma N of one pass
   static constexpr bool MMA_HEAD_SUM = Tunables::mma_head_sum != 0;
