@@ -95,7 +95,9 @@ __device__ void copy_pages(const KernelArgs& a, Shared<T>& sh, const CtaRange& r
   const bool fused = a.kv_scale == a.kv + kPageValueBytes && a.kv_scale_page_stride == a.kv_page_stride;
   if constexpr (!T::COMPACT) first = first_page_ids<T>(a, range.first);
   for_each_record<T>(a, range, [&](uint32_t g, const CtaRecord& r, const records::Span& span, const PageRun& run) {
-    if (T::PREFETCH_TILES && k == 0 && lane == 0) prefetch_tile(a, r.row_id, span.rows);
+    if constexpr (T::PREFETCH_TILES) {
+      if (k == 0 && lane == 0) prefetch_tile(a, r.row_id, span.rows);
+    }
     const int32_t* table = a.block_tables + int64_t(r.batch_id) * a.block_table_stride;
     const int32_t last = run.first + run.count - 1;
     const bool reuse = first.valid && r.batch_id == first.batch && run.first == first.first;
