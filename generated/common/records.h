@@ -256,6 +256,11 @@ MXL_HD inline float weight_as(const KernelArgs& a, int64_t i) {
 MXL_HD inline float weight(const KernelArgs& a, int64_t i) {
   return weight_of_bits(weight_bits(a, i, a.weights_bf16), a.weights_bf16);
 }
+// Where weights[i] starts, and the bytes of one weight: for what reads them as bytes (prefetches).
+MXL_HD inline int weight_bytes(const KernelArgs& a) { return a.weights_bf16 ? 2 : 4; }
+MXL_HD inline const uint8_t* weight_address(const KernelArgs& a, int64_t i) {
+  return static_cast<const uint8_t*>(a.weights) + i * weight_bytes(a);
+}
 
 // Row `row` of out as a float* whatever its dtype (kBf16: its cells are bf16, which store_cell writes),
 // indexed by token: with kFromStart, moved back by the row's window start, so that cell t lands in

@@ -127,15 +127,14 @@ __device__ void prefetch_first_tile(const KernelArgs& a, const records::CompactV
   if (s.seq0 < 0 || s.seq0 >= v.batch) return;
   const int rows = v.next_n < T::Q_PER_BLOCK ? v.next_n : T::Q_PER_BLOCK;
   const int64_t head0 = int64_t(s.seq0) * v.next_n * kHeads;  // rows seq0 * next_n, ...
-  const int weight_bytes = a.weights_bf16 ? 2 : 4;
   int i = int(threadIdx.x);
   const uint8_t* line = nullptr;
   if (i < rows * kQLines) {
     line = a.q + head0 * kRowBytes + int64_t(i) * kLine;
   } else if ((i -= rows * kQLines) < rows * kScaleLines) {
     line = a.q_scale + head0 * kRowScales + int64_t(i) * kLine;
-  } else if ((i -= rows * kScaleLines) < rows * kHeads * weight_bytes / kLine) {
-    line = static_cast<const uint8_t*>(a.weights) + head0 * weight_bytes + int64_t(i) * kLine;
+  } else if ((i -= rows * kScaleLines) < rows * kHeads * records::weight_bytes(a) / kLine) {
+    line = records::weight_address(a, head0) + int64_t(i) * kLine;
   }
   if (line) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(line));
 }

@@ -77,10 +77,10 @@ __device__ inline void prefetch_tile(const KernelArgs& a, int32_t row0, int rows
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(a.q + head0 * kRowBytes),
                "r"(uint32_t(rows * kHeads * kRowBytes))
                : "memory");
-  const int weight_bytes = a.weights_bf16 ? 2 : 4;
-  const uint8_t* w = static_cast<const uint8_t*>(a.weights) + head0 * weight_bytes;
+  const int bytes = records::weight_bytes(a);
+  const uint8_t* w = records::weight_address(a, head0);
   if (reinterpret_cast<uintptr_t>(w) % 16 == 0) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(w), "r"(uint32_t(rows * kHeads * weight_bytes))
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(w), "r"(uint32_t(rows * kHeads * bytes))
                  : "memory");
   }
 }
