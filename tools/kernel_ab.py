@@ -119,7 +119,6 @@ def launches(report: str, counters: bool = False) -> list[tuple[str, dict[str, f
     return list(found.values())
 
 
-
 def profile(command: list[str], kernel: str, env: dict[str, str], counters: bool = False) -> list[tuple[str, dict]]:
     metrics = ",".join([METRIC, *(COUNTERS if counters else ())])
     ncu = ["ncu", "--clock-control", "none", "--cache-control", "all", "--csv", "--metrics", metrics]
