@@ -61,7 +61,8 @@ __device__ inline void block_evaluate(int64_t* out, int64_t n, F f) {
 
 // out[i] = f(0) + ... + f(i) for i in [0, n): f evaluated once per index (block_evaluate), then each
 // thread sums a contiguous slice of out, the slices' totals are scanned in shared memory
-// (Hillis-Steele), and each thread rewrites its slice.
+// (Kogge-Stone of radix kScanRadix), and each thread rewrites its slice.
+inline constexpr int kScanRadix = 8;
 template <int THREADS, class F>
 __device__ inline void block_inclusive_scan(int64_t* out, int64_t n, int64_t* partial, F f) {
   const int tid = threadIdx.x;
@@ -74,11 +75,15 @@ __device__ inline void block_inclusive_scan(int64_t* out, int64_t n, int64_t* pa
   for (int64_t i = lo; i < hi; ++i) sum += out[i];
   partial[tid] = sum;
   __syncthreads();
-  // Below THREADS entries only the first n slices hold any: the scan's rounds stop at them (a decode
-  // plan's hundred rows take 7 of the 512-thread block's 9 rounds, one row none).
+  // Radix kScanRadix: a round adds the sums 1 .. kScanRadix - 1 strides back, each covering the previous
+  // round's span, so the span grows kScanRadix-fold and 512 slices take 3 rounds, not the 9 of a radix-2
+  // scan: a round's loads go out together, and its two barriers were the scan's time (docs/schedule.md).
+  // Below THREADS entries only the first n slices hold any: the rounds stop at them (one row takes none).
   const int64_t slices = n < THREADS ? n : THREADS;
-  for (int step = 1; step < slices; step *= 2) {
-    const int64_t add = tid >= step ? partial[tid - step] : 0;
+  for (int step = 1; step < slices; step *= kScanRadix) {
+    int64_t add = 0;
+#pragma unroll
+    for (int k = 1; k < kScanRadix; ++k) add += tid >= k * step ? partial[tid - k * step] : 0;
     __syncthreads();
     partial[tid] += add;
     __syncthreads();
