@@ -6,6 +6,7 @@ an eager call.
 
     python tools/compact_timing.py [--repeats 30] [--shapes 256:8192:1,256:8192:2]
     python tools/compact_timing.py --profile [--shapes ...]   # each shape's calls twice, nothing timed (for ncu)
+    python tools/compact_timing.py --shared-pages ...   # every sequence on one sequence's pages: memory taken out
 
 Each time is the median of `repeats` event-timed calls after an L2 flush (mxlogits.bench.timing; the op
 on a plan and on the compact schedule alternated call by call, so that neither runs at a hotter clock) and,
@@ -35,11 +36,17 @@ SHAPES = [  # (batch, context, next_n)
 ]
 
 
-def decode_case(batch: int, context: int, next_n: int, device: str, seed: int = 0):
+def decode_case(batch: int, context: int, next_n: int, device: str, seed: int = 0, shared_pages: bool = False):
+    """`batch` sequences of 1/2 to 1 `context` tokens, `next_n` rows each, windows ending at the context.
+    With `shared_pages` every sequence reads the first pages of one sequence's table, the only keys made
+    (a few MB, held in L2 after the first touch): the same schedule and work with memory taken out."""
     g = torch.Generator().manual_seed(seed)
     lens = torch.randint(context // 2, context + 1, (batch,), generator=g).tolist()
     rows = [(b, 0, c - next_n + 1 + j) for b, c in enumerate(lens) for j in range(next_n)]
-    case = make_scene(lens, rows, device, seed=seed)
+    keys = [max(lens)] + [0] * (batch - 1) if shared_pages else lens
+    case = make_scene(keys, rows, device, seed=seed)
+    if shared_pages:
+        case.block_tables[:] = case.block_tables[0]
     return case, torch.tensor(lens, dtype=torch.int32, device=device)
 
 
@@ -61,9 +68,11 @@ def main() -> None:
                         help="B:CTX:NEXT_N,... (default: the decode shapes above, B=4,096 included)")
     parser.add_argument("--profile", action="store_true",
                         help="one schedule build, plan and op of each kind per shape, nothing timed (for ncu)")
+    parser.add_argument("--shared-pages", action="store_true",
+                        help="every sequence reads one sequence's pages (L2-resident): the kernels with memory taken out")
     args = parser.parse_args()
     if args.profile:
-        profile(args.shapes)
+        profile(args.shapes, args.shared_pages)
         return
     device = torch.device("cuda")
     sms = torch.cuda.get_device_properties(device).multi_processor_count
@@ -74,7 +83,7 @@ def main() -> None:
           " op on plan, graph µs | op on compact, graph µs | op on plan, bf16 out µs |")
     print("|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|")
     for batch, context, next_n in args.shapes:
-        case, lens = decode_case(batch, context, next_n, "cuda")
+        case, lens = decode_case(batch, context, next_n, "cuda", shared_pages=args.shared_pages)
         variant = mx.variant_for(device, next_n)
         meta = mx.compact_schedule(lens, sms)
         buffers = mx.plan_buffers(device, batch * next_n, batch, variant)
@@ -114,12 +123,12 @@ def main() -> None:
     graph_sequence(device, sms)
 
 
-def profile(shapes: list[tuple[int, int, int]]) -> None:
+def profile(shapes: list[tuple[int, int, int]], shared_pages: bool = False) -> None:
     """Each shape's calls once, after a warm-up call, for a profiler's kernel durations."""
     device = torch.device("cuda")
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     for batch, context, next_n in shapes:
-        case, lens = decode_case(batch, context, next_n, "cuda")
+        case, lens = decode_case(batch, context, next_n, "cuda", shared_pages=shared_pages)
         variant = mx.variant_for(device, next_n)
         buffers = mx.plan_buffers(device, batch * next_n, batch, variant)
         inputs = list(case.named_inputs().values())

@@ -8,6 +8,8 @@ import argparse
 import importlib.util
 
 import pytest
+import torch
+from mxlogits.manifest import manifest
 from support.checkout import ROOT
 
 
@@ -33,3 +35,17 @@ def test_decode_case_is_the_shape():
     assert lens.shape == (5,) and all(128 <= n <= 256 for n in lens.tolist())
     assert case.row_to_batch.tolist() == [b for b in range(5) for _ in range(2)]
     assert case.local_ends.tolist() == [n - 1 + j for n in lens.tolist() for j in range(2)]
+
+
+def test_shared_pages_case():
+    """--shared-pages: the same lengths and rows, every sequence's table the first sequence's, keys made for
+    the longest sequence only."""
+    tool = load_tool()
+    case, lens = tool.decode_case(5, 256, 2, "cpu")
+    shared, shared_lens = tool.decode_case(5, 256, 2, "cpu", shared_pages=True)
+    assert shared_lens.tolist() == lens.tolist()
+    assert torch.equal(shared.local_ends, case.local_ends) and torch.equal(shared.row_to_batch, case.row_to_batch)
+    assert all(torch.equal(row, shared.block_tables[0]) for row in shared.block_tables)
+    page = manifest().page_size
+    assert shared.kv_cache.shape[0] < case.kv_cache.shape[0]
+    assert shared.kv_cache.shape[0] == -(-max(lens.tolist()) // page) + 1  # the longest's pages and a spare
