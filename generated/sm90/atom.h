@@ -240,11 +240,10 @@ __device__ inline uint32_t relu_f16x2(uint32_t x) {
   return out;
 }
 
-// relu of two fp32 accumulators, rounded to f16 and packed (`hi` in the upper half): one instruction
-// for two cells where the products stay in fp32 (a one-pass tile, the traits' F32_PRODUCTS).
-__device__ inline uint32_t relu_f16x2(float hi, float lo) {
+// relu of an f16 pair as x * 1 + 0 clamped at zero: on the FMA pipe, where max.f16x2 takes the ALU's.
+__device__ inline uint32_t relu_fma_f16x2(uint32_t x) {
   uint32_t out;
-  asm("cvt.rn.relu.f16x2.f32 %0, %1, %2;" : "=r"(out) : "f"(hi), "f"(lo));
+  asm("fma.rn.relu.f16x2 %0, %1, %2, %3;" : "=r"(out) : "r"(x), "r"(0x3C003C00u), "r"(0u));
   return out;
 }
 

@@ -37,12 +37,12 @@ __device__ void consume_pages(const Shared<T>& sh, const Slots<T>& slots, bool t
   uint64_t desc8 = atom::b_descriptor<atom::Fp8>(sh.q8);
   const uint64_t desc16 = atom::b_descriptor<atom::Bf16>(sh.q16);
   uint64_t hs_desc = atom::head_sum_descriptor(sh.hs_b);
-  // What every page uses, pinned in registers where the fp32 products leave room (with the f16 passes of
-  // the tensor-core head sum the pins make ptxas spill): left to the compiler, each page recomputed them.
+  // What every page uses, pinned in registers where a page's accumulators leave room (with the several
+  // f16 passes of qlen2 and qlen4 the pins make ptxas spill): left to the compiler, each page recomputed them.
   PageLane lane = PageLane::of_thread();
   for (int32_t i = i0; i < pages; i += T::MATH_WARPGROUPS) {
     const int32_t token0 = (first + i) * kPageSize;
-    if constexpr (!T::MMA_HEAD_SUM || T::F32_PRODUCTS) {
+    if constexpr (!T::MMA_HEAD_SUM || T::ONE_PASS) {
       asm volatile("" : "+l"(desc8), "+l"(hs_desc));
       lane.pin();
     }
@@ -50,8 +50,8 @@ __device__ void consume_pages(const Shared<T>& sh, const Slots<T>& slots, bool t
     const Page p = load_page<T>(sh, slots, g + uint32_t(i), lane);
     const Turn turn{i > 0, i + 1 < pages};
     if (tile_fp8 && p.fp8) {
-      if constexpr (T::F32_PRODUCTS) {
-        process_page_mma_f32<T>(p, token0, desc8, hs_desc, held);
+      if constexpr (T::ONE_PASS) {
+        process_page_one_pass<T>(p, token0, desc8, hs_desc, held);
       } else if constexpr (T::MMA_HEAD_SUM) {
         process_page_mma<T>(sh, p, token0, desc8, turn);
       } else {
@@ -81,7 +81,7 @@ __device__ void consume(const KernelArgs& a, Shared<T>& sh, const CtaRange& rang
     }
     const int32_t i0 = first_turn(g, wg, T::MATH_WARPGROUPS);
     constexpr int kRows = T::N_PASS / kHeads;
-    if constexpr (T::F32_PRODUCTS) {  // raised (the traits assert it): registers to hold the row's reads
+    if constexpr (T::ONE_PASS) {  // raised (the traits assert it): registers to hold the row's reads
       consume_pages<T>(sh, slots, tile_fp8, g, run.first, i0, run.count, HeldSums<T>::load(sh));
     } else if constexpr (T::RAISED && !T::MMA_HEAD_SUM && T::N == kHeads) {
       consume_pages<T>(sh, slots, tile_fp8, g, run.first, i0, run.count, HeldPass<T>::load(sh));

@@ -81,7 +81,7 @@ __device__ inline void retire_and_store(const Shared<T>& sh, float (&sums)[4], u
   store_head_sums<T>(sh, sums, token0, o.f0, o.f1);
 }
 
-// A one-row tile's head sums (F32_PRODUCTS, raised math registers): the first lane of each quad ends with
+// A one-row tile's head sums (ONE_PASS, raised math registers): the first lane of each quad ends with
 // the row's sums for tokens r0 and r0 + 8, so it holds the row's out moved by r0, its window moved back by
 // the same (empty on the other lanes, which store nothing) and the row's wscale through a record. The exact
 // path's pages read the weights from shared memory (SharedPass).
@@ -107,19 +107,19 @@ struct HeldSums : SharedPass<T, 1> {
   }
 };
 
-// An fp8 page of a one-pass tile with the head sum on the tensor cores (F32_PRODUCTS): multiplied into fp32
-// accumulators as the fp32 head sum's page is, relu(qk) rounded to f16 into the head sum's A by one
-// conversion per two cells, summed over the heads by the second wgmma (B at `hs_desc`).
+// An fp8 page of a one-pass tile with the head sum on the tensor cores (ONE_PASS): its k-steps in pipelined
+// pairs into f16 accumulators, relu'd in place on the FMA pipe (the ALU's is the page loop's busiest), summed
+// over the heads by the second wgmma (B at `hs_desc`).
 template <class T>
-__device__ inline void process_page_mma_f32(const Page& p, int32_t token0, uint64_t desc, uint64_t hs_desc,
+__device__ inline void process_page_one_pass(const Page& p, int32_t token0, uint64_t desc, uint64_t hs_desc,
                                             const HeldSums<T>& held) {
   using K = atom::Fp8;
   const Operands<K> o = Operands<K>::of(p);
-  float d[T::N / 2];
-  multiply_page<K, T::N>(o, p, desc, d, std::make_integer_sequence<int, kHeadDim / K::kK / 2>{});
+  uint32_t d[T::N / 4];
+  multiply_page<K, atom::Mma16<T::N>>(o, p, desc, d, std::make_integer_sequence<int, kHeadDim / K::kK / 2>{});
   uint32_t a[T::N / 16][4];
 #pragma unroll
-  for (int i = 0; i < T::N / 4; ++i) a[i / 4][i % 4] = atom::relu_f16x2(d[2 * i + 1], d[2 * i]);
+  for (int i = 0; i < T::N / 4; ++i) a[i / 4][i % 4] = atom::relu_fma_f16x2(d[i]);
   atom::fence();
   float sums[4];
   issue_head_sum<T::N>(sums, a, hs_desc, 0);

@@ -95,8 +95,8 @@ struct Operands<atom::Bf16> {
 // Converts k-steps 2P and 2P + 1 into `frag` and issues them. The previous pair's fragments stay
 // pinned until their instructions retired (wait_group 1), so the conversion of later k-steps
 // overlaps the tensor cores and only two pairs of fragments are ever live.
-template <class K, int N, int P>
-__device__ inline void issue_pair(float (&d)[N / 2], uint32_t (&frag)[2][4], uint32_t (&previous)[2][4],
+template <class K, class Op, int P, class D>
+__device__ inline void issue_pair(D& d, uint32_t (&frag)[2][4], uint32_t (&previous)[2][4],
                                   const Operands<K>& o, const Page& p, uint64_t b) {
   if constexpr (P >= 2) {
     atom::wait<1>();
@@ -105,18 +105,19 @@ __device__ inline void issue_pair(float (&d)[N / 2], uint32_t (&frag)[2][4], uin
   o.template fragment<2 * P>(frag[0], p);
   o.template fragment<2 * P + 1>(frag[1], p);
   atom::fence();
-  atom::Mma<K, N>::run(d, frag[0], b + atom::b_advance<K>(2 * P, 0), P);
-  atom::Mma<K, N>::run(d, frag[1], b + atom::b_advance<K>(2 * P + 1, 0), 1);
+  Op::run(d, frag[0], b + atom::b_advance<K>(2 * P, 0), P);
+  Op::run(d, frag[1], b + atom::b_advance<K>(2 * P + 1, 0), 1);
   atom::commit();
   atom::pin(previous);
 }
 
-// A single-pass page: its k-steps issued in pipelined pairs into d, then retired.
-template <class K, int N, int... P>
-__device__ inline void multiply_page(const Operands<K>& o, const Page& p, uint64_t desc, float (&d)[N / 2],
+// A single-pass page: its k-steps issued in pipelined pairs into d by the wgmma Op (atom::Mma<K, N>
+// into fp32 accumulators, or atom::Mma16<N> into f16), then retired.
+template <class K, class Op, class D, int... P>
+__device__ inline void multiply_page(const Operands<K>& o, const Page& p, uint64_t desc, D& d,
                                      std::integer_sequence<int, P...>) {
   uint32_t fa[2][4], fb[2][4];
-  (issue_pair<K, N, P>(d, P % 2 ? fb : fa, P % 2 ? fa : fb, o, p, desc), ...);
+  (issue_pair<K, Op, P>(d, P % 2 ? fb : fa, P % 2 ? fa : fb, o, p, desc), ...);
   atom::wait<0>();
   atom::pin(fa);
   atom::pin(fb);
@@ -256,7 +257,7 @@ __device__ inline void process_page(const Shared<T>& sh, const Page& p, int32_t 
   const Operands<K> o = Operands<K>::of(p);
   if constexpr (T::N == T::N_PASS) {
     float d[T::N / 2];
-    multiply_page<K, T::N>(o, p, desc, d, std::make_integer_sequence<int, kSteps / 2>{});
+    multiply_page<K, atom::Mma<K, T::N>>(o, p, desc, d, std::make_integer_sequence<int, kSteps / 2>{});
     reduce_store<T, kRows>(held, d, token0, o.f0, o.f1);
   } else {  // one pass's accumulators at a time, over fragments converted once
     uint32_t frag[kSteps][4];

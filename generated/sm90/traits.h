@@ -40,9 +40,9 @@ struct Traits : Instance, Tunables {
   // The head sum on the tensor cores multiplies in passes of twice pass_columns, in f16 accumulators
   // (the registers of one fp32 pass): half the product wgmmas of fp32 passes.
   static constexpr int N_F16 = N < 2 * N_PASS ? N : 2 * N_PASS;
-  // Where that halves nothing (the tile is one pass: qlen1), the products stay in fp32 and relu(qk) is
-  // rounded to f16 once, as the head sum's A is packed.
-  static constexpr bool F32_PRODUCTS = MMA_HEAD_SUM && N_F16 == N_PASS;
+  // Where the tile is one such pass (qlen1), a math thread holds its row's output, window and weight scale
+  // through a record (head_sum.h's HeldSums), in the registers the fp32 passes would have taken.
+  static constexpr bool ONE_PASS = MMA_HEAD_SUM && N_F16 == N_PASS;
   // issue_order (mma_head_sum only): the f16 passes from FIRST_ORDERED_PASS on go to the tensor cores in
   // the record's page order (a pass after the first with the previous pass's head sum), through a ring of
   // named barriers per ordered pass, one per math warpgroup. Of several passes the first is left out: its
@@ -61,7 +61,7 @@ struct Traits : Instance, Tunables {
   static_assert(!MMA_HEAD_SUM || (N_F16 <= 256 && N % N_F16 == 0),
                 "mma_head_sum: an f16 pass (the tile, or twice pass_columns) is one wgmma: at most 256 columns");
   static_assert(!ISSUE_ORDER || MMA_HEAD_SUM, "issue_order orders mma_head_sum's f16 passes");
-  static_assert(!F32_PRODUCTS || RAISED, "mma_head_sum on a one-pass tile holds its row through a record: math_registers");
+  static_assert(!ONE_PASS || RAISED, "mma_head_sum on a one-pass tile holds its row through a record: math_registers");
   static_assert(Tunables::math_registers == 0 || RAISED, "math_registers: 0, or above the launch's registers");
   static_assert(!RAISED || (THREADS % 128 == 0 && MATH_REGISTERS % 8 == 0 && MATH_REGISTERS <= 256 &&
                             PRODUCER_REGISTERS >= 24 && PRODUCER_REGISTERS % 8 == 0),
