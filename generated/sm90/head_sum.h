@@ -160,7 +160,7 @@ __device__ inline void process_page_mma(const Shared<T>& sh, const Page& p, int3
     // passes too: without, ptxas spills 8 bytes of qlen4_kv64 at 112 registers.
     if (kPasses > 1) atom::pin(a);
 #pragma unroll
-    for (int i = 0; i < T::N_F16 / 4; ++i) a[i / 4][i % 4] = atom::relu_f16x2(d[i]);
+    for (int i = 0; i < T::N_F16 / 4; ++i) a[i / 4][i % 4] = atom::relu_fma_f16x2(d[i]);
     atom::fence();
     if (pass + 1 < kPasses) await_turn<T>(turn, pass + 1);
     issue_head_sum<T::N_F16>(sums, a, hs_desc, pass * T::N_F16 / 16);
