@@ -232,16 +232,10 @@ struct Mma16<256> {
 // against the weights (B: 16 heads x 8 columns), with no data movement.
 inline constexpr int kHeadSumColumns = 8;
 
-// relu of an f16 pair (no NaN reaches it either; f16 accumulators of E2M1 products stay below
-// 4,608: no overflow).
+// relu of an f16 pair as x * 1 + 0 clamped at zero: on the FMA pipe, where max.f16x2 would take the ALU's,
+// the page loop's busiest (docs/sm90.md). No NaN reaches it; f16 accumulators of E2M1 products stay below
+// 4,608: no overflow.
 __device__ inline uint32_t relu_f16x2(uint32_t x) {
-  uint32_t out;
-  asm("max.f16x2 %0, %1, %2;" : "=r"(out) : "r"(x), "r"(0u));
-  return out;
-}
-
-// relu of an f16 pair as x * 1 + 0 clamped at zero: on the FMA pipe, where max.f16x2 takes the ALU's.
-__device__ inline uint32_t relu_fma_f16x2(uint32_t x) {
   uint32_t out;
   asm("fma.rn.relu.f16x2 %0, %1, %2, %3;" : "=r"(out) : "r"(x), "r"(0x3C003C00u), "r"(0u));
   return out;

@@ -108,8 +108,7 @@ struct HeldSums : SharedPass<T, 1> {
 };
 
 // An fp8 page of a one-pass tile with the head sum on the tensor cores (ONE_PASS): its k-steps in pipelined
-// pairs into f16 accumulators, relu'd in place on the FMA pipe (the ALU's is the page loop's busiest), summed
-// over the heads by the second wgmma (B at `hs_desc`).
+// pairs into f16 accumulators, relu'd in place, summed over the heads by the second wgmma (B at `hs_desc`).
 template <class T>
 __device__ inline void process_page_one_pass(const Page& p, int32_t token0, uint64_t desc, uint64_t hs_desc,
                                             const HeldSums<T>& held) {
@@ -119,7 +118,7 @@ __device__ inline void process_page_one_pass(const Page& p, int32_t token0, uint
   multiply_page<K, atom::Mma16<T::N>>(o, p, desc, d, std::make_integer_sequence<int, kHeadDim / K::kK / 2>{});
   uint32_t a[T::N / 16][4];
 #pragma unroll
-  for (int i = 0; i < T::N / 4; ++i) a[i / 4][i % 4] = atom::relu_fma_f16x2(d[i]);
+  for (int i = 0; i < T::N / 4; ++i) a[i / 4][i % 4] = atom::relu_f16x2(d[i]);
   atom::fence();
   float sums[4];
   issue_head_sum<T::N>(sums, a, hs_desc, 0);
@@ -160,7 +159,7 @@ __device__ inline void process_page_mma(const Shared<T>& sh, const Page& p, int3
     // passes too: without, ptxas spills 8 bytes of qlen4_kv64 at 112 registers.
     if (kPasses > 1) atom::pin(a);
 #pragma unroll
-    for (int i = 0; i < T::N_F16 / 4; ++i) a[i / 4][i % 4] = atom::relu_fma_f16x2(d[i]);
+    for (int i = 0; i < T::N_F16 / 4; ++i) a[i / 4][i % 4] = atom::relu_f16x2(d[i]);
     atom::fence();
     if (pass + 1 < kPasses) await_turn<T>(turn, pass + 1);
     issue_head_sum<T::N_F16>(sums, a, hs_desc, pass * T::N_F16 / 16);
