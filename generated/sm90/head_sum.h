@@ -111,7 +111,7 @@ struct HeldSums : SharedPass<T, 1> {
 // pairs into f16 accumulators, relu'd in place, summed over the heads by the second wgmma (B at `hs_desc`).
 template <class T>
 __device__ inline void process_page_one_pass(const Page& p, int32_t token0, uint64_t desc, uint64_t hs_desc,
-                                            const HeldSums<T>& held) {
+                                             const HeldSums<T>& held) {
   using K = atom::Fp8;
   const Operands<K> o = Operands<K>::of(p);
   uint32_t d[T::N / 4];
