@@ -37,8 +37,8 @@ __device__ void consume_pages(const Shared<T>& sh, const Slots<T>& slots, bool t
   uint64_t desc8 = atom::b_descriptor<atom::Fp8>(sh.q8);
   const uint64_t desc16 = atom::b_descriptor<atom::Bf16>(sh.q16);
   uint64_t hs_desc = atom::head_sum_descriptor(sh.hs_b);
-  // What every page uses, pinned in registers where a page's accumulators leave room (with the several
-  // f16 passes of qlen2 and qlen4 the pins make ptxas spill): left to the compiler, each page recomputed them.
+  // What every page uses, pinned in registers where a page's accumulators leave room (with qlen2's and
+  // qlen4's wider f16 passes the pins make ptxas spill): left to the compiler, each page recomputed them.
   PageLane lane = PageLane::of_thread();
   for (int32_t i = i0; i < pages; i += T::MATH_WARPGROUPS) {
     const int32_t token0 = (first + i) * kPageSize;

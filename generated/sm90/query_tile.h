@@ -93,10 +93,11 @@ __device__ bool load_tile(const KernelArgs& a, Shared<T>& sh, const CtaRecord& r
   if (tid < T::Q_PER_BLOCK) {
     const int64_t row = int64_t(r.row_id) + tid;
     const records::Window w = tid < span.rows ? records::window_of<T::FROM_START>(a, span, row) : records::Window{0, 0};
-    // rows[0] a constant offset where the tile is one row: as base + 16 tid, held through the record loop,
-    // ptxas spilled it
-    sh.rows[T::Q_PER_BLOCK == 1 ? 0 : tid] = TileRow{records::out_row<T::BF16_OUT, T::FROM_START>(a, tid < span.rows ? row : 0), int32_t(w.from),
-                           int32_t(w.to)};
+    // A one-row tile's entry at a constant offset: as base + 16 tid, held through the record loop, ptxas
+    // spilled it at qlen1's registers
+    TileRow& entry = sh.rows[T::Q_PER_BLOCK == 1 ? 0 : tid];
+    entry = TileRow{records::out_row<T::BF16_OUT, T::FROM_START>(a, tid < span.rows ? row : 0), int32_t(w.from),
+                    int32_t(w.to)};
   }
   // One unit converted per iteration, the rest moved down a register queue: unrolled, the
   // conversions would interleave and spill.

@@ -40,8 +40,9 @@ struct Traits : Instance, Tunables {
   // The head sum on the tensor cores multiplies in passes of twice pass_columns, in f16 accumulators
   // (the registers of one fp32 pass): half the product wgmmas of fp32 passes.
   static constexpr int N_F16 = N < 2 * N_PASS ? N : 2 * N_PASS;
-  // Where the tile is one such pass (qlen1), a math thread holds its row's output, window and weight scale
-  // through a record (head_sum.h's HeldSums), in the registers the fp32 passes would have taken.
+  // Where the tile is no wider than one pass_columns pass (qlen1: 64 columns), its f16 pass is that narrow
+  // too, and a math thread holds its row's output, window and weight scale through a record (head_sum.h's
+  // HeldSums) in the registers left over.
   static constexpr bool ONE_PASS = MMA_HEAD_SUM && N_F16 == N_PASS;
   // issue_order (mma_head_sum only): the f16 passes from FIRST_ORDERED_PASS on go to the tensor cores in
   // the record's page order (a pass after the first with the previous pass's head sum), through a ring of
