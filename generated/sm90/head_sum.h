@@ -41,6 +41,14 @@ __device__ void head_sum_weights(Shared<T>& sh, int tid) {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic writes -> wgmma reads
 }
 
+// relu(qk) of an f16 pass of N columns, its accumulators relu'd as they lie: they already are the head
+// sum's A fragments (k-step j holds columns 16 j .. 16 j + 15).
+template <int N>
+__device__ inline void relu_to_head_sum_a(uint32_t (&a)[N / 16][4], const uint32_t (&d)[N / 4]) {
+#pragma unroll
+  for (int i = 0; i < N / 4; ++i) a[i / 4][i % 4] = atom::relu_f16x2(d[i]);
+}
+
 // The head sum's wgmmas of one pass (its first k-step is `step0` of B), uncommitted.
 template <int N>
 __device__ inline void issue_head_sum(float (&sums)[4], const uint32_t (&a)[N / 16][4], uint64_t desc, int step0) {
@@ -117,8 +125,7 @@ __device__ inline void process_page_one_pass(const Page& p, int32_t token0, uint
   uint32_t d[T::N / 4];
   multiply_page<K, atom::Mma16<T::N>>(o, p, desc, d, std::make_integer_sequence<int, kHeadDim / K::kK / 2>{});
   uint32_t a[T::N / 16][4];
-#pragma unroll
-  for (int i = 0; i < T::N / 4; ++i) a[i / 4][i % 4] = atom::relu_f16x2(d[i]);
+  relu_to_head_sum_a<T::N>(a, d);
   atom::fence();
   float sums[4];
   issue_head_sum<T::N>(sums, a, hs_desc, 0);
@@ -158,8 +165,7 @@ __device__ inline void process_page_mma(const Shared<T>& sh, const Page& p, int3
     // The previous pass's A stays put until its head sum retired. Pinned on the first of several
     // passes too: without, ptxas spills 8 bytes of qlen4_kv64 at 112 registers.
     if (kPasses > 1) atom::pin(a);
-#pragma unroll
-    for (int i = 0; i < T::N_F16 / 4; ++i) a[i / 4][i % 4] = atom::relu_f16x2(d[i]);
+    relu_to_head_sum_a<T::N_F16>(a, d);
     atom::fence();
     if (pass + 1 < kPasses) await_turn<T>(turn, pass + 1);
     issue_head_sum<T::N_F16>(sums, a, hs_desc, pass * T::N_F16 / 16);
