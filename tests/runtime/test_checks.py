@@ -113,15 +113,16 @@ def test_launch_raises_when_block_tables_has_fewer_rows_than_the_plan(arch):
 
 
 def test_kernel_row_guard_through_a_raw_launch(variant):
-    """A schedule built for 14 rows launched raw with num_rows 10 drops rows 10..13: rows
-    0..9 are right and nothing past the 10-row tensors is touched."""
-    rows14 = (
-        [(0, 0, 300 + 9 * i) for i in range(14)]
+    """A schedule built for n rows (14, or enough that a tile starts past row 10) launched raw with
+    num_rows 10 drops rows 10..n-1: rows 0..9 are right and nothing past the 10-row tensors is touched."""
+    n = max(14, 2 * variant.q_per_block + 4)
+    rows = (
+        [(0, 0, 300 + 9 * i) for i in range(n)]
         if variant.q_per_block > 1
-        else [(i, 0, 300 + 9 * i) for i in range(14)]
+        else [(i, 0, 300 + 9 * i) for i in range(n)]
     )
-    contexts = [430] if variant.q_per_block > 1 else [300 + 9 * i for i in range(14)]
-    case = make_case(contexts, rows14, variant)
+    contexts = [304 + 9 * n] if variant.q_per_block > 1 else [300 + 9 * i for i in range(n)]
+    case = make_case(contexts, rows, variant)
     p = make_plan(case, variant)
     assert any(r[4] > 0 and r[0] >= 10 for r in p.buffers.cta_info.tolist())
     small = first_rows(case, 10)
@@ -129,8 +130,8 @@ def test_kernel_row_guard_through_a_raw_launch(variant):
     ops = ops_of(variant.arch)
     ops.pa_mqa_logits_mxfp4(**raw_args(small, p, variant, out, num_rows=10))
     assert_matches(out, reference(small), variant)
-    with pytest.raises(RuntimeError, match=r"q: expected at least 14 rows"):
-        ops.pa_mqa_logits_mxfp4(**raw_args(small, p, variant, out, num_rows=14))
+    with pytest.raises(RuntimeError, match=rf"q: expected at least {n} rows"):
+        ops.pa_mqa_logits_mxfp4(**raw_args(small, p, variant, out, num_rows=n))
 
 
 def test_kernel_drops_records_no_plan_produces(arch):
