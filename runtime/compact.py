@@ -87,7 +87,7 @@ def pa_mqa_logits_compact(
     compact_schedule from these context_lens: rows b * next_n + j, block_tables row b. One launch,
     whose CTAs take their records from the schedule; every argument is checked before it. Without
     `out`, a new [B * next_n, max_seq_len] fp32 tensor of -inf. variant: the instance (default: the
-    largest q_per_block not above next_n, as mxlogits.variant_for)."""
+    one that takes next_n rows in the fewest tiles, as mxlogits.variant_for)."""
     n = rows_per_sequence(context_lens, next_n)
     count_arg(max_seq_len, "max_seq_len", 0)
     if not isinstance(q, torch.Tensor):

@@ -172,9 +172,11 @@ def tolerance(variant: MqaLogitsVariant) -> tuple[float, float]:
 
 def variant_for_rows(arch: str, rows_per_sequence: int) -> MqaLogitsVariant:
     """The instance for sequences of about `rows_per_sequence` query rows (next_n at decode, the chunk
-    length at prefill): the largest q_per_block not above it, so tiles are full and the rows of a tile
-    share each KV chunk; the arch default among equals, else the first in the table."""
-    best = max(v.q_per_block for v in variants(arch) if v.q_per_block <= max(rows_per_sequence, 1))
+    length at prefill): the q_per_block that takes a sequence's rows in the fewest tiles, the smallest
+    among those. Each tile reads the sequence's keys once, and ceil(n / q) * q rows are multiplied either
+    way (next_n 3 as one 4-row tile, not 2 + 1). The arch default among equals, else the first in the table."""
+    n = max(rows_per_sequence, 1)
+    best = min({v.q_per_block for v in variants(arch)}, key=lambda q: (-(-n // q), q))
     default = default_variant(arch)
     return default if default.q_per_block == best else next(v for v in variants(arch) if v.q_per_block == best)
 

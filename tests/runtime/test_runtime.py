@@ -117,6 +117,25 @@ def test_default_and_tolerance_come_from_the_manifest():
         assert (mx.default_variant(rec["arch"]) == v) == rec["default"]
 
 
+@pytest.mark.parametrize("arch", sorted(manifest().arches))
+def test_rows_per_sequence_take_the_fewest_tiles(arch):
+    """variant_for_rows: the fewest tiles a sequence (each reads its keys once), the smallest q_per_block
+    among those, the default among equal q_per_block. Checked against every q_per_block the arch has."""
+    from mxlogits.manifest import variant_for_rows
+
+    own = mx.variants(arch)
+    sizes = sorted({v.q_per_block for v in own})
+    for n in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 100, 16384]:
+        v = variant_for_rows(arch, n)
+        tiles = lambda q: -(-max(n, 1) // q)  # noqa: E731
+        assert tiles(v.q_per_block) == min(tiles(q) for q in sizes), (n, v)
+        assert v.q_per_block == min(q for q in sizes if tiles(q) == tiles(v.q_per_block)), (n, v)
+        default = mx.default_variant(arch)
+        assert v == default or default.q_per_block != v.q_per_block, (n, v)
+    if {1, 2, 4} <= set(sizes):  # sm90: next_n 3 is one 4-row tile, not 2 + 1
+        assert [variant_for_rows(arch, n).q_per_block for n in (1, 2, 3, 4, 6)] == [1, 2, 4, 4, 4]
+
+
 def test_non_editable_install_finds_generated_sources_as_package_data(tmp_path):
     wheels = tmp_path / "wheels"
     subprocess.run(
