@@ -21,7 +21,7 @@ if GPU_ARCH is None:
 DEVICE, HIDDEN, BATCH, MAX_LEN = "cuda", 256, 8, 4096
 
 
-@pytest.mark.parametrize("next_n", [1, 2])
+@pytest.mark.parametrize("next_n", [1, 2, 3])
 def test_decode_step_cuda_graph_replays_like_eager(next_n):
     width = mx.block_table_width(MAX_LEN, device=DEVICE)
     pages = BATCH * width + 1

@@ -58,7 +58,7 @@ def windows(lens, next_n, two_d):
 
 
 @pytest.mark.parametrize("two_d", [False, True], ids=["lens_1d", "lens_2d"])
-@pytest.mark.parametrize("next_n", [1, 2, 6])
+@pytest.mark.parametrize("next_n", [1, 2, 3, 6])
 def test_adapter_matches_reference(variant, next_n, two_d):
     device = device_of(variant)
     if mx.layouts.arch_layout(variant.arch) != "natural":
