@@ -28,7 +28,7 @@ import warnings
 # The old mxlogits.bench module's public names -> the module of this package that holds each now.
 _MOVED = {
     **dict.fromkeys(("add_arguments", "run"), "cli"),
-    **dict.fromkeys(("BenchError", "GUARD_ROWS", "MAX_SETS", "TABLE_Q_PER_BLOCK", "bench_row", "pick_variant",
+    **dict.fromkeys(("BenchError", "GUARD_ROWS", "MAX_SETS", "bench_row", "pick_variant",
                      "roofline_seconds", "table_variant"), "rows"),  # fmt: skip
     **dict.fromkeys(("SWEEP_MULTIPLES", "sweep_grids"), "tables"),
     **dict.fromkeys(("HEADER", "summarize", "summary_line"), "report"),

@@ -11,28 +11,16 @@ from types import ModuleType
 
 import torch
 
-from ..manifest import MqaLogitsVariant, default_variant, manifest, resolve_variant, tolerance, variants
+from ..manifest import MqaLogitsVariant, default_variant, fewest_tiles, manifest, resolve_variant, tolerance, variants
 from ..op import pa_mqa_logits_mxfp4
 from ..plan import block_table_width, plan, plan_buffers
 from ..reference import reference_logits
 from .inputs import Problem, make_problem, set_bytes
 from .limits import Limits
 from .peer import peer_row
-from .shapes import Shape, Work, count_work
+from .shapes import Shape, Work, count_work, table_rows_per_sequence
 from .timing import call_seconds, host_seconds
 
-# table -> q_per_block of the variant it runs (None: the arch default), when present in the arch.
-TABLE_Q_PER_BLOCK = {
-    "decode_mtp1": None,
-    "decode_mtp2": 2,
-    "decode_mtp4": 4,
-    "prefill_causal": 4,
-    "prefill_fresh": 4,
-    "prefill_chunked": 4,
-    "deepgemm_next1": None,
-    "deepgemm_next2": 2,
-    "deepgemm_next6": 4,
-}
 GUARD_ROWS = 8  # rows of a shape checked against the fp32 reference before it is timed
 MAX_SETS = 64  # input sets a timed call rotates through, at most
 
@@ -42,13 +30,9 @@ class BenchError(RuntimeError):
 
 
 def table_variant(table: str, default: MqaLogitsVariant, own: Sequence[MqaLogitsVariant]) -> MqaLogitsVariant:
-    """Of an arch's variants `own`: the one with the table's q_per_block (the default when it has that
-    q_per_block, else the smallest block_k), else the default."""
-    want = TABLE_Q_PER_BLOCK[table]
-    if want is None or default.q_per_block == want:
-        return default
-    matching = [v for v in own if v.q_per_block == want]
-    return min(matching, key=lambda v: v.block_k) if matching else default
+    """Of an arch's variants `own`: the one a caller gets for the table's rows per sequence
+    (manifest.fewest_tiles, as mxlogits.variant_for), so the bench times what a model runs."""
+    return fewest_tiles(table_rows_per_sequence(table), default, own)
 
 
 def pick_variant(table: str, arch: str, override: str | None) -> MqaLogitsVariant:

@@ -157,3 +157,9 @@ TABLES = {
 }
 # what bench runs without --tables: the performance tables (the deepgemm_* ones are named to run)
 DEFAULT_TABLES = tuple(t for t in TABLES if not t.startswith("deepgemm"))
+
+
+def table_rows_per_sequence(table: str) -> int:
+    """A sequence's query rows in the table's full-size shapes (the most of its first shape): what its variant
+    is chosen by, as a model chooses by next_n or the chunk length (the grid, 132, places only the cliff rows)."""
+    return max(TABLES[table](1, 132)[0].rows_per_sequence())

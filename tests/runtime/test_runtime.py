@@ -132,6 +132,8 @@ def test_rows_per_sequence_take_the_fewest_tiles(arch):
         assert v.q_per_block == min(q for q in sizes if tiles(q) == tiles(v.q_per_block)), (n, v)
         default = mx.default_variant(arch)
         assert v == default or default.q_per_block != v.q_per_block, (n, v)
+        if v != default:
+            assert v.block_k == min(u.block_k for u in own if u.q_per_block == v.q_per_block), (n, v)
     if {1, 2, 4} <= set(sizes):  # sm90: next_n 3 is one 4-row tile, not 2 + 1
         assert [variant_for_rows(arch, n).q_per_block for n in (1, 2, 3, 4, 6)] == [1, 2, 4, 4, 4]
 

@@ -3,6 +3,7 @@ the variant choice, the correctness guard, and a quick run that writes its JSON.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import subprocess
@@ -16,7 +17,7 @@ from mxlogits.__main__ import main
 from mxlogits.bench import plots, rows, tables, timing
 from mxlogits.bench.limits import Limits
 from mxlogits.bench.shapes import TABLES, Shape, Work, count_work
-from mxlogits.manifest import manifest
+from mxlogits.manifest import manifest, variant_for_rows
 
 # Two sequences: three rows over a 10-token context, then a row and an empty row over 5 tokens.
 HAND = Shape("t", "hand", (10, 5), ((0, 0, 8), (0, 0, 9), (0, 2, 10), (1, 0, 5), (1, 3, 3)))
@@ -62,7 +63,13 @@ def test_tables_have_perf_md_shapes():
 def test_variant_choice_per_table():
     default = mx.default_variant("cpu")
     assert rows.pick_variant("decode_mtp1", "cpu", None) == default
-    assert rows.pick_variant("decode_mtp2", "cpu", None) == default  # cpu has no q_per_block 2
+    # cpu has no q_per_block 2: a sequence's two rows as one 4-row tile, as mxlogits.variant_for gives them
+    assert rows.pick_variant("decode_mtp2", "cpu", None) == mx.variant_for("cpu", 2)
+    assert mx.variant_for("cpu", 2).q_per_block == 4
+    for table, arch in itertools.product(TABLES, manifest().arches):  # what a model with the table's rows gets
+        n = max(TABLES[table](1, 132)[0].rows_per_sequence())
+        assert rows.pick_variant(table, arch, None) == variant_for_rows(arch, n), (table, arch)
+    assert [rows.pick_variant(t, "sm90", None).q_per_block for t in ("decode_mtp1", "decode_mtp2", "deepgemm_next6")] == [1, 2, 4]
     grouped = rows.pick_variant("prefill_fresh", "cpu", None)
     assert grouped.q_per_block == 4
     assert grouped.block_k == min(v.block_k for v in mx.variants("cpu") if v.q_per_block == 4)
