@@ -175,12 +175,12 @@ def test_tune_runs_each_combination_and_skips_one_that_does_not_compile(root, tm
     assert "does not compile" in failed and "probe 5 does not compile" in result.stdout
     (best,) = [ln for ln in lines if ln.startswith("probe=8 (current)")]
     assert best.endswith("<- best")
-    after = next(i for i, ln in enumerate(lines) if ln.startswith("best for qlen1_kv64: probe=8 (current)"))
-    row = next(ln for ln in (root / "instances.yaml").read_text().splitlines() if "arch: cpu, name: qlen1_kv64," in ln)
+    after = next(i for i, ln in enumerate(lines) if ln.startswith("best for qlen4_kv64: probe=8 (current)"))
+    row = next(ln for ln in (root / "instances.yaml").read_text().splitlines() if "arch: cpu, name: qlen4_kv64," in ln)
     assert lines[after + 1].strip() == row.strip().replace("}", ", probe: 8}")
     doc = json.loads(out.read_text())
     (tuned,) = doc["variants"]
-    assert tuned["variant"] == "qlen1_kv64" and tuned["best"] == {"probe": 8}  # cpu has no q_per_block 2
+    assert tuned["variant"] == "qlen4_kv64" and tuned["best"] == {"probe": 8}  # cpu has no q_per_block 2: one 4-row tile
     statuses = {c["values"]["probe"]: c["status"] for c in tuned["combinations"]}
     assert statuses == {5: "does not compile", 8: "ok"}
     shapes = [f"decode_mtp2 {s.label}" for s in TABLES["decode_mtp2"](QUICK_SCALE, 128)]
