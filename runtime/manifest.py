@@ -171,14 +171,19 @@ def tolerance(variant: MqaLogitsVariant) -> tuple[float, float]:
     return manifest().tolerances[variant]
 
 
-def fewest_tiles(rows_per_sequence: int, default: MqaLogitsVariant, own: Sequence[MqaLogitsVariant]) -> MqaLogitsVariant:
+def fewest_tiles(
+    rows_per_sequence: int, default: MqaLogitsVariant, own: Sequence[MqaLogitsVariant]
+) -> MqaLogitsVariant:
     """Of the variants `own` (`default` among them), the one for sequences of about `rows_per_sequence` query
     rows: the q_per_block that takes a sequence's rows in the fewest tiles, the smallest among those. Each
     tile reads the sequence's keys once, and ceil(n / q) * q rows are multiplied either way (next_n 3 as one
-    4-row tile, not 2 + 1). The default among equals, else the smallest block_k (the finest chunks to share out)."""
+    4-row tile, not 2 + 1). The default among equals, else the smallest block_k (what the bench and the demo
+    have measured)."""
     n = max(rows_per_sequence, 1)
     best = min({v.q_per_block for v in own}, key=lambda q: (-(-n // q), q))
-    return default if default.q_per_block == best else min((v for v in own if v.q_per_block == best), key=lambda v: v.block_k)
+    if default.q_per_block == best:
+        return default
+    return min((v for v in own if v.q_per_block == best), key=lambda v: v.block_k)
 
 
 def variant_for_rows(arch: str, rows_per_sequence: int) -> MqaLogitsVariant:

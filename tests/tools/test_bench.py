@@ -69,7 +69,8 @@ def test_variant_choice_per_table():
     for table, arch in itertools.product(TABLES, manifest().arches):  # what a model with the table's rows gets
         n = max(TABLES[table](1, 132)[0].rows_per_sequence())
         assert rows.pick_variant(table, arch, None) == variant_for_rows(arch, n), (table, arch)
-    assert [rows.pick_variant(t, "sm90", None).q_per_block for t in ("decode_mtp1", "decode_mtp2", "deepgemm_next6")] == [1, 2, 4]
+    sm90 = [rows.pick_variant(t, "sm90", None).q_per_block for t in ("decode_mtp1", "decode_mtp2", "deepgemm_next6")]
+    assert sm90 == [1, 2, 4]
     grouped = rows.pick_variant("prefill_fresh", "cpu", None)
     assert grouped.q_per_block == 4
     assert grouped.block_k == min(v.block_k for v in mx.variants("cpu") if v.q_per_block == 4)
