@@ -127,9 +127,9 @@ def test_rows_per_sequence_take_the_fewest_tiles(arch):
     sizes = sorted({v.q_per_block for v in own})
     for n in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 100, 16384]:
         v = variant_for_rows(arch, n)
-        tiles = lambda q: -(-max(n, 1) // q)  # noqa: E731
-        assert tiles(v.q_per_block) == min(tiles(q) for q in sizes), (n, v)
-        assert v.q_per_block == min(q for q in sizes if tiles(q) == tiles(v.q_per_block)), (n, v)
+        tiles = {q: -(-max(n, 1) // q) for q in sizes}
+        assert tiles[v.q_per_block] == min(tiles.values()), (n, v)
+        assert v.q_per_block == min(q for q in sizes if tiles[q] == tiles[v.q_per_block]), (n, v)
         default = mx.default_variant(arch)
         assert v == default or default.q_per_block != v.q_per_block, (n, v)
         if v != default:
