@@ -1,5 +1,5 @@
 #!/bin/bash
-# Every number bench/RESULTS.md keeps for one GPU, into OUT: the full bench (all nine tables, DeepGEMM's FP8
+# Every number bench/RESULTS.md keeps for one GPU, into OUT: the full bench (every table, DeepGEMM's FP8
 # kernels beside each row when a DeepGEMM tree is given: built in place by tools/build_deepgemm.sh), its JSON and
 # plot named for the GPU and the tree, the indexer step, the quantizers, the GPU tests and memcheck. Each step
 # logs to OUT and the next runs even if it failed; the exit status says whether all passed.
@@ -29,7 +29,7 @@ if [[ -n $peer ]]; then
 fi
 gpu=$("$py" -c "import torch; n = torch.cuda.get_device_name().lower(); print(next((g for g in ('h200', 'h100') if g in n), n.split()[-1]))")
 tree=$(git rev-parse --short HEAD 2>/dev/null || echo tree)
-tables=decode_mtp1,decode_mtp2,decode_mtp4,prefill_causal,prefill_fresh,prefill_chunked,deepgemm_next1,deepgemm_next2,deepgemm_next6
+tables=$("$py" -c "from mxlogits.bench.shapes import TABLES; print(','.join(TABLES))")  # every table, deepgemm_* too
 step bench "$py" -m mxlogits bench "${bench_peer[@]}" --tables "$tables" --json "$out/$gpu-$tree.json" --plot "$out/$gpu-$tree.png"
 step indexer "$py" -m mxlogits.bench.indexer
 step quantize "$py" tools/quantize_timing.py

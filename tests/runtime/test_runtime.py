@@ -17,7 +17,7 @@ import mxlogits as mx
 import pytest
 import torch
 from mxlogits.build import build_flags, built_library, module_name
-from mxlogits.manifest import manifest
+from mxlogits.manifest import manifest, variant_for_rows
 from support.checkout import ROOT
 from support.processes import python
 
@@ -121,8 +121,6 @@ def test_default_and_tolerance_come_from_the_manifest():
 def test_rows_per_sequence_take_the_fewest_tiles(arch):
     """variant_for_rows: the fewest tiles a sequence (each reads its keys once), the smallest q_per_block
     among those, the default among equal q_per_block. Checked against every q_per_block the arch has."""
-    from mxlogits.manifest import variant_for_rows
-
     own = mx.variants(arch)
     sizes = sorted({v.q_per_block for v in own})
     for n in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 100, 16384]:
