@@ -1,7 +1,8 @@
 #!/bin/bash
 # Every number bench/RESULTS.md keeps for one GPU, into OUT: the full bench (every table, DeepGEMM's FP8
 # kernels beside each row when a DeepGEMM tree is given: built in place by tools/build_deepgemm.sh), its JSON and
-# plot named for the GPU and the tree, the indexer step, the quantizers, the GPU tests and memcheck. Each step
+# plot named for the GPU and the tree, the indexer step, the quantizers, the GPU tests, DeepGEMM's own test at its
+# own sizes through the adapter (tests/runtime/test_deepgemm_port.py) and memcheck. Each step
 # logs to OUT and the next runs even if it failed; the exit status says whether all passed.
 #   usage: tools/reproduce_results.sh OUT [DEEPGEMM_TREE]
 set -uo pipefail
@@ -34,6 +35,7 @@ step bench "$py" -m mxlogits bench "${bench_peer[@]}" --tables "$tables" --json 
 step indexer "$py" -m mxlogits.bench.indexer
 step quantize "$py" tools/quantize_timing.py
 step gpu_tests "$py" -m pytest -q -m gpu -p no:cacheprovider
+step deepgemm_test env MXLOGITS_DEEPGEMM_SIZES=full "$py" -m pytest -q -p no:cacheprovider tests/runtime/test_deepgemm_port.py
 step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 "$py" tools/memcheck_cases.py
 if ((${#failed[@]})); then
   echo "reproduce_results: failed: ${failed[*]} (logs in $out)" >&2
