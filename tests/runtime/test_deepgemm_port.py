@@ -42,6 +42,8 @@ FULL = os.environ.get("MXLOGITS_DEEPGEMM_SIZES") == "full"
 BATCHES, AVG_KV = ((256, 4096), (8192, 65536)) if FULL else ((3, 9), (150, 700))
 # Its own sizes are a GPU's: on the CPU one case would take hours
 ARCHES = [a for a in PRESENT_ARCHES if device_of(a) != "cpu"] if FULL else PRESENT_ARCHES
+
+
 def make_step(batch: int, next_n: int, avg_kv: int, device: str, seed: int):
     g = torch.Generator(device="cpu").manual_seed(seed)
     ctx = torch.randint(int(0.7 * avg_kv), int(1.3 * avg_kv), (batch,), generator=g, dtype=torch.int32)
