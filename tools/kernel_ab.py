@@ -5,11 +5,14 @@ and with a base revision's, in turn, for several rounds in one process tree on o
     python tools/kernel_ab.py BASE [--kernel REGEX] [--rounds 2] [--json PATH] -- COMMAND ...
     python tools/kernel_ab.py f608e67 --kernel logits_kernel -- python tools/compact_timing.py --profile
     python tools/kernel_ab.py DIR ...   (DIR a revision's export: git archive REV generated runtime | tar -x -C DIR)
+    python tools/kernel_ab.py DIR --also DIR2 ...   (DIR2's kernels a third side of every round)
 
 BASE's kernels are its committed generated/, taken with `git archive` and loaded through
 MXLOGITS_GENERATED_DIR; the runtime and the command are this checkout's, so the two sides may differ
 in templates/ and generated/ only (a runtime/ difference is refused: it could not load the other's
-module). Each side's module is built before it is profiled. Times: `gpu__time_duration` under
+module). `--also` adds further sides, each a revision or folder taken as BASE is, so that several candidates
+meet the same base in one lease without the base timed once per candidate. Each side's module is built
+before it is profiled. Times: `gpu__time_duration` under
 `ncu --clock-control none --cache-control all` (every launch after a flush of the caches). `--counters`
 adds each launch's warp instructions, issue rate and DRAM read throughput (ncu replays each launch for
 them, so a round takes several times longer)."""
@@ -136,23 +139,23 @@ def short(name: str) -> str:
 
 
 def compare(rounds: dict[str, list[list[tuple[str, dict[str, float]]]]]) -> list[dict]:
-    """Per launch: its kernel, each side's µs over the rounds and, where profiled, each side's counters over
-    the rounds (by their columns); the sides must launch the same kernels."""
-    base, head = rounds["base"], rounds["head"]
-    counts = {len(r) for r in base + head}
+    """Per launch: its kernel, each side's µs over the rounds (`us`, by side, in the sides' order) and, where
+    profiled, each side's counters over the rounds (by their columns); the sides must launch the same kernels."""
+    every = [r for side in rounds.values() for r in side]
+    counts = {len(r) for r in every}
     if len(counts) != 1:
         raise AbError(f"kernel_ab: the rounds profiled different numbers of launches ({sorted(counts)})")
+    first = next(iter(rounds.values()))[0]
     rows = []
     for i in range(counts.pop()):
-        names = {r[i][0] for r in base + head}
+        names = {r[i][0] for r in every}
         row = {
             "launch": i,
             "kernel": names.pop() if len(names) == 1 else " | ".join(sorted(names)),
-            "base_us": [r[i][1][METRIC] for r in base],
-            "head_us": [r[i][1][METRIC] for r in head],
+            "us": {side: [r[i][1][METRIC] for r in runs] for side, runs in rounds.items()},
         }
-        counters = {column: {side: [r[i][1][metric] for r in rounds[side]] for side in ("base", "head")}
-                    for metric, (column, _) in COUNTERS.items() if metric in base[0][i][1]}
+        counters = {column: {side: [r[i][1][metric] for r in runs] for side, runs in rounds.items()}
+                    for metric, (column, _) in COUNTERS.items() if metric in first[i][1]}
         if counters:
             row["counters"] = counters
         rows.append(row)
@@ -168,16 +171,41 @@ def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv[:i], argv[i + 1:]
 
 
+def ratios(values: dict[str, list[float]]) -> list[float]:
+    """Each side's median over the base's (the first side), for every side after it."""
+    sides = list(values.values())
+    base = statistics.median(sides[0])
+    return [statistics.median(v) / base if base else float("nan") for v in sides[1:]]
+
+
+def table(rows: list[dict], sides: list[str], key: str, label: str, fmt: str, unit: str = "") -> list[str]:
+    """One markdown table: a line per launch (per launch and counter when key is "counters"): each side's
+    values over the rounds, then each side's median over the base's."""
+    lines = [f"| launch | {label} | " + " | ".join(f"{s}{unit}" for s in sides) + " | " +
+             " | ".join(f"{s} / base (medians)" for s in sides[1:]) + " |",
+             "|--:|---|" + "--:|" * (2 * len(sides) - 1)]
+    for r in rows:
+        groups = r[key].items() if key == "counters" else [(short(r["kernel"]), r[key])]
+        for name, values in groups:
+            cells = [" ".join(format(x, fmt) for x in values[s]) for s in sides]
+            lines.append(f"| {r['launch']} | {name} | " + " | ".join(cells) + " | " +
+                         " | ".join(f"{x:.3f}" for x in ratios(values)) + " |")
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("base", help="the revision whose generated/ is the base side, or a folder exported from one")
+    parser.add_argument("--also", action="append", default=[], metavar="BASE",
+                        help="another revision or exported folder, timed as a further side in each round (repeatable)")
     parser.add_argument("--kernel", default="", help="ncu's kernel-name regex (default: every kernel)")
-    parser.add_argument("--rounds", type=int, default=2, help="base then this checkout, this many times")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="each side in turn (base, this checkout, each --also), this many times")
     parser.add_argument("--json", type=Path, help="write every launch's times here")
     parser.add_argument("--counters", action="store_true",
                         help="also each launch's warp instructions, issue rate and DRAM read throughput")
-    parser.usage = ("kernel_ab.py [-h] [--kernel KERNEL] [--rounds ROUNDS] [--json JSON] [--counters] base "
-                    "-- COMMAND ...")
+    parser.usage = ("kernel_ab.py [-h] [--also BASE] [--kernel KERNEL] [--rounds ROUNDS] [--json JSON] [--counters] "
+                    "base -- COMMAND ...")
     own, command = split_command(sys.argv[1:])
     args = parser.parse_args(own)
     try:
@@ -185,11 +213,19 @@ def main() -> int:
             raise AbError("kernel_ab: no command: give it after --")
         if args.rounds < 1:
             raise AbError(f"kernel_ab: --rounds: expected at least 1, found {args.rounds}")
+        taken = [args.base, "base", "head"]
+        if len(set(args.also)) != len(args.also) or set(args.also) & set(taken):
+            raise AbError(f"kernel_ab: --also: expected sides other than the base and each other, found "
+                          f"{' '.join(args.also)} beside base {args.base}")
         if shutil.which("ncu") is None:
             raise AbError("kernel_ab: ncu (Nsight Compute) not found: the A/B needs a GPU machine with it")
         with tempfile.TemporaryDirectory(prefix="kernel_ab_") as tmp:
-            sides = {"base": {**os.environ, GENERATED_DIR_ENV: str(export_generated(args.base, Path(tmp)))},
-                     "head": {k: v for k, v in os.environ.items() if k != GENERATED_DIR_ENV}}
+            def exported(rev: str, i: int) -> dict[str, str]:
+                return {**os.environ, GENERATED_DIR_ENV: str(export_generated(rev, Path(tmp) / str(i)))}
+
+            sides = {"base": exported(args.base, 0),
+                     "head": {k: v for k, v in os.environ.items() if k != GENERATED_DIR_ENV},
+                     **{rev: exported(rev, i) for i, rev in enumerate(args.also, 1)}}
             build = "import mxlogits as mx; mx.plan_buffers('cuda', 1, 1)"  # this arch's module, outside ncu
             for env in sides.values():
                 subprocess.run([sys.executable, "-c", build], env=env, cwd=ROOT, check=True)
@@ -201,23 +237,16 @@ def main() -> int:
     except (AbError, subprocess.CalledProcessError) as e:
         print(e, file=sys.stderr)
         return 2
-    print(f"base {args.base} | this checkout; µs per round; {' '.join(command)}")
-    print("| launch | kernel | base µs | head µs | head / base (medians) |")
-    print("|--:|---|--:|--:|--:|")
-    for r in rows:
-        b, h = statistics.median(r["base_us"]), statistics.median(r["head_us"])
-        print(f"| {r['launch']} | {short(r['kernel'])} | {' '.join(f'{x:.2f}' for x in r['base_us'])} | "
-              f"{' '.join(f'{x:.2f}' for x in r['head_us'])} | {h / b:.3f} |")
+    names = list(rounds)
+    print(f"base {args.base} | head: this checkout" + "".join(f" | {s}" for s in args.also) +
+          f"; µs per round; {' '.join(command)}")
+    print("\n".join(table(rows, names, "us", "kernel", ".2f", " µs")))
     if args.counters:
-        print("\n| launch | counter | base | head | head / base (medians) |")
-        print("|--:|---|--:|--:|--:|")
-        for r in rows:
-            for column, sides in r["counters"].items():
-                b, h = statistics.median(sides["base"]), statistics.median(sides["head"])
-                print(f"| {r['launch']} | {column} | {' '.join(f'{x:.3g}' for x in sides['base'])} | "
-                      f"{' '.join(f'{x:.3g}' for x in sides['head'])} | {h / b if b else float('nan'):.3f} |")
+        print()
+        print("\n".join(table(rows, names, "counters", "counter", ".3g")))
     if args.json:
-        args.json.write_text(json.dumps({"base": args.base, "command": command, "launches": rows}, indent=1))
+        args.json.write_text(json.dumps({"base": args.base, "also": args.also, "command": command, "launches": rows},
+                                        indent=1))
     return 0
 
 

@@ -154,15 +154,46 @@ def test_rounds_compared_launch_by_launch():
     rounds = {"base": [[launch("k", 2.0), launch("m", 4.0)], [launch("k", 2.2), launch("m", 4.4)]],
               "head": [[launch("k", 1.0), launch("m", 5.0)]] * 2}
     rows = tool.compare(rounds)
-    assert [(r["launch"], r["kernel"], r["base_us"], r["head_us"]) for r in rows] == [
-        (0, "k", [2.0, 2.2], [1.0, 1.0]),
-        (1, "m", [4.0, 4.4], [5.0, 5.0]),
+    assert [(r["launch"], r["kernel"], r["us"]) for r in rows] == [
+        (0, "k", {"base": [2.0, 2.2], "head": [1.0, 1.0]}),
+        (1, "m", {"base": [4.0, 4.4], "head": [5.0, 5.0]}),
     ]
     assert all("counters" not in r for r in rows)
     counted = tool.compare({"base": [[launch("k", 2.0, 9.0)]], "head": [[launch("k", 1.0, 7.0)]]})
     assert counted[0]["counters"] == {"M warp instructions": {"base": [9.0], "head": [7.0]}}
     with pytest.raises(tool.AbError, match="different numbers of launches"):
         tool.compare({"base": [[launch("k", 1.0)]], "head": [[launch("k", 1.0), launch("k", 1.0)]]})
+    with pytest.raises(tool.AbError, match="different numbers of launches"):  # a third side's count checked too
+        tool.compare({**rounds, "late2": [[launch("k", 1.0)]] * 2})
+
+
+def test_further_sides_compared_and_tabled_against_the_base():
+    """--also: each candidate a side of its own, every ratio over the base's median (not over the head's)."""
+    tool = load_tool()
+    def launch(name, us, instructions):
+        return name, {tool.METRIC: us, INSTRUCTIONS: instructions}
+
+    rows = tool.compare({"base": [[launch("k", 2.0, 8.0)], [launch("k", 4.0, 8.0)]],
+                         "head": [[launch("k", 3.0, 6.0)]] * 2,
+                         ".base/late2": [[launch("k", 1.5, 4.0)], [launch("k", 1.5, 2.0)]]})
+    assert rows[0]["us"] == {"base": [2.0, 4.0], "head": [3.0, 3.0], ".base/late2": [1.5, 1.5]}
+    assert rows[0]["counters"]["M warp instructions"][".base/late2"] == [4.0, 2.0]
+    sides = ["base", "head", ".base/late2"]
+    lines = tool.table(rows, sides, "us", "kernel", ".2f", " µs")
+    assert lines[0] == ("| launch | kernel | base µs | head µs | .base/late2 µs | head / base (medians) | "
+                        ".base/late2 / base (medians) |")
+    assert lines[2] == "| 0 | k | 2.00 4.00 | 3.00 3.00 | 1.50 1.50 | 1.000 | 0.500 |"
+    assert tool.table(rows, sides, "counters", "counter", ".3g")[2] == \
+        "| 0 | M warp instructions | 8 8 | 6 6 | 4 2 | 0.750 | 0.375 |"
+
+
+@pytest.mark.parametrize("also", [["x", "x"], ["HEAD"], ["head"]])
+def test_a_side_given_twice_refused_before_anything_runs(also):
+    argv = [arg for side in also for arg in ("--also", side)]
+    result = subprocess.run([sys.executable, str(ROOT / "tools" / "kernel_ab.py"), "HEAD", *argv, "--", "true"],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 2
+    assert "--also: expected sides other than the base and each other" in result.stderr
 
 
 def test_without_ncu_it_says_so(tmp_path):
