@@ -68,10 +68,12 @@ MXL_HD inline CompactView compact_view(const KernelArgs& a) {
                      !a.lens_per_row};
 }
 
-// Window end of `row` (an end below 0 reads as 0: the same empty window).
-MXL_HD inline int32_t compact_row_end(const CompactView& v, int32_t row) {
-  if (!v.per_sequence) return v.ends[row];
-  const int64_t end = int64_t(v.ends[row / v.next_n]) - v.next_n + 1 + row % v.next_n;
+// Window end of row j of sequence b (an end below 0 reads as 0: the same empty window). By sequence and
+// row, not by the row's index: the logits launch runs this at its start, where a division would be code
+// fetched cold and a chain of dependent instructions.
+MXL_HD inline int32_t compact_row_end(const CompactView& v, int32_t b, int32_t j) {
+  if (!v.per_sequence) return v.ends[b * v.next_n + j];
+  const int64_t end = int64_t(v.ends[b]) - v.next_n + 1 + j;
   return end > 0 ? int32_t(end) : 0;
 }
 
@@ -146,8 +148,8 @@ MXL_HD inline CtaRecord compact_record(const CompactView& v, const CompactSpan& 
   const int32_t k0 = chunks_of(p0, BK / kPageSize), k1 = chunks_of(p1, BK / kPageSize);
   const int32_t r0 = b * v.next_n + k * QPB, rows = v.next_n - k * QPB < QPB ? v.next_n - k * QPB : QPB;
   int32_t e = 0;  // the tile's union window [0, e)
-  for (int32_t r = r0; r < r0 + rows; ++r) {
-    const int32_t end = compact_row_end(v, r);
+  for (int32_t i = 0; i < QPB; ++i) {  // a constant trip count: unrolled without a remainder loop
+    const int32_t end = i < rows ? compact_row_end(v, b, k * QPB + i) : 0;
     e = end > e ? end : e;
   }
   const int32_t chunks = chunks_of(e, BK), last = k1 < chunks ? k1 : chunks;
@@ -178,16 +180,27 @@ MXL_HD inline CtaRange expand_cta(const KernelArgs& a, const CompactView& v, con
   const int32_t per = int32_t(compact_tiles_per_seq<QPB>(v.next_n));
   const bool none = s.empty() || s.seq0 < 0 || s.seq_end() > v.batch || s.seq_end() <= s.seq0;
   const int32_t begin = none ? 0 : (s.seq0 + c) * per, end = none ? 0 : (s.seq_end() + c) * per;
+  const int32_t last = end < a.num_records ? end : a.num_records;
   auto* records = reinterpret_cast<CtaRecord*>(a.compact_out);
   int32_t* ends = a.compact_out + compact_ends_at(a.num_records, a.num_ctas);
-  for (int32_t j = begin + tid; j < (end < a.num_records ? end : a.num_records); j += threads) {
-    const CtaRecord r = compact_record<QPB, BK>(v, s, j / per - c, j % per);
-    records[j] = r;
-    if (!a.lens_per_row) {
-      for (int32_t row = r.row_id; row < r.row_id + r.row_count; ++row) ends[row] = compact_row_end(v, row);
+  // Record begin on every thread first (the range's copy: the walk reads it from there, never past `last`), then
+  // the thread's own past it. One call of compact_record in the loop: inlined twice, it was ~140 more
+  // instructions a launch fetches cold.
+  CtaRecord first{};
+  for (int32_t j = begin, n = tid == 0 ? 1 : 0; j < last; j = begin + tid + n++ * threads) {
+    const int32_t b = j / per - c, k = j % per;
+    const CtaRecord r = compact_record<QPB, BK>(v, s, b, k);
+    if (j == begin) first = r;
+    if (j != begin || tid == 0) {
+      records[j] = r;
+      if (!a.lens_per_row) {
+        for (int32_t i = 0; i < QPB; ++i) {  // a constant trip count: unrolled without a remainder loop
+          if (i < r.row_count) ends[r.row_id + i] = compact_row_end(v, b, k * QPB + i);
+        }
+      }
     }
   }
-  const CtaRange range = none ? CtaRange{} : CtaRange{begin, end, compact_record<QPB, BK>(v, s, s.seq0, 0)};
+  const CtaRange range = none ? CtaRange{} : CtaRange{begin, end, first};
   if (tid == 0) reinterpret_cast<CtaRange*>(a.compact_out + compact_ranges_at(a.num_records))[c] = range;
   return range;
 }
