@@ -157,6 +157,13 @@ def fp8_fp4_paged_mqa_logits(
     if not isinstance(context_lens, torch.Tensor) or context_lens.dim() not in (1, 2) or context_lens.shape[0] != b:
         found = tuple(context_lens.shape) if isinstance(context_lens, torch.Tensor) else type(context_lens).__name__
         raise ValueError(f"mxlogits: context_lens: expected [{b}] or [{b}, {n}] (q is [B, next_n, ...]), found {found}")
+    # A sequence past the table's rows would read nothing (the op's contract), silently: here it is a caller's slip
+    if not isinstance(block_table, torch.Tensor) or block_table.dim() != 2 or block_table.shape[0] < b:
+        found = tuple(block_table.shape) if isinstance(block_table, torch.Tensor) else type(block_table).__name__
+        raise ValueError(f"mxlogits: block_table: expected int32 [{b}, pages] (a row per sequence of q), found {found}")
+    if not isinstance(max_context_len, int) or isinstance(max_context_len, bool) or max_context_len < 0:
+        raise ValueError(f"mxlogits: max_context_len: expected an int >= 0 (the logits' width), "
+                         f"found {max_context_len!r}")
     values, scales = fused_kv_views(kv_cache, q_fp4.shape[3] * 2)
     out = torch.empty((b * n, max_context_len), dtype=logits_dtype, device=q_fp4.device)
     if clean_logits:
@@ -186,7 +193,7 @@ def fp8_fp4_mqa_logits(
     read as pages of the table's size through a one-row block table (copied into whole pages when N
     is not a multiple of the page size)."""
     check_logits_dtype(logits_dtype)
-    if not isinstance(max_seqlen_k, int) or max_seqlen_k < 0:
+    if not isinstance(max_seqlen_k, int) or isinstance(max_seqlen_k, bool) or max_seqlen_k < 0:
         raise ValueError(f"mxlogits: max_seqlen_k: expected an int >= 0, found {max_seqlen_k!r}")
     q_fp4, q_sf = fp4_query(q)
     check_natural(arch_of(q_fp4.device), "kv")

@@ -130,6 +130,14 @@ def test_errors_name_the_argument():
         call((q, q_sf), kv_cache, weights, lens[:1], block_table, meta, 100)
     with pytest.raises(ValueError, match=r"context_lens: expected \[B\] or \[B, next_n=2\], found \(2, 1\)"):
         call((q, q_sf), kv_cache, weights, lens.view(2, 1), block_table, meta, 100)
+    short = r"block_table: expected int32 \[2, pages\] \(a row per sequence of q\), found \(1,"
+    with pytest.raises(ValueError, match=short):
+        call((q, q_sf), kv_cache, weights, lens, block_table[:1], meta, 100)
+    with pytest.raises(ValueError, match=r"block_table: expected int32 \[2, pages\].*found \(2, 2, "):
+        call((q, q_sf), kv_cache, weights, lens, block_table.view(2, 2, -1), meta, 100)
+    for width in (-5, 100.0, True):
+        with pytest.raises(ValueError, match=f"max_context_len: expected an int >= 0 .*found {width!r}"):
+            call((q, q_sf), kv_cache, weights, lens, block_table, meta, width)
     with pytest.raises(ValueError, match="q_sf"):
         call((q, None), kv_cache, weights, lens, block_table, meta, 100)
     with pytest.raises(ValueError, match="logits_dtype: expected torch.float32 or torch.bfloat16, found torch.float16"):
