@@ -3,12 +3,19 @@
 # kernels beside each row when a DeepGEMM tree is given: built in place by tools/build_deepgemm.sh), its JSON and
 # plot named for the GPU and the tree, the indexer step, the quantizers, the GPU tests, DeepGEMM's own test at its
 # own sizes through the adapter (tests/runtime/test_deepgemm_port.py) and memcheck. Each step
-# logs to OUT and the next runs even if it failed; the exit status says whether all passed.
-#   usage: tools/reproduce_results.sh OUT [DEEPGEMM_TREE]
+# logs to OUT and the next runs even if it failed; the exit status says whether all passed. STEPS (names, comma-
+# separated) runs some of them, e.g. on a machine lent in calls of a few minutes each.
+#   usage: [STEPS=bench,...] tools/reproduce_results.sh OUT [DEEPGEMM_TREE]
 set -uo pipefail
-[[ $# -ge 1 && $# -le 2 ]] || { echo "usage: tools/reproduce_results.sh OUT [DEEPGEMM_TREE]" >&2; exit 2; }
+[[ $# -ge 1 && $# -le 2 ]] || { echo "usage: [STEPS=bench,...] tools/reproduce_results.sh OUT [DEEPGEMM_TREE]" >&2; exit 2; }
 out=$1
 peer=${2:-}
+all_steps="bench indexer quantize gpu_tests deepgemm_test memcheck"
+steps=" ${STEPS:-$all_steps} "
+steps=${steps//,/ }
+for s in $steps; do
+  [[ " $all_steps " == *" $s "* ]] || { echo "reproduce_results: STEPS: expected names among: $all_steps; found $s" >&2; exit 2; }
+done
 cd "$(dirname "$0")/.."
 py=${PYTHON:-$([[ -x .venv/bin/python ]] && echo .venv/bin/python || echo python3)}
 if ! "$py" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
@@ -17,14 +24,15 @@ if ! "$py" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1
 fi
 mkdir -p "$out"
 failed=()
-step() {  # step NAME COMMAND...: COMMAND's output into OUT/NAME.log, its status remembered
+step() {  # step NAME COMMAND...: COMMAND's output into OUT/NAME.log, its status remembered (a step not in STEPS: skipped)
   local name=$1
   shift
+  [[ $name == deepgemm_build || $steps == *" $name "* ]] || return 0
   echo "== $name: $*"
   "$@" >"$out/$name.log" 2>&1 || { echo "   failed (rc $?): $out/$name.log"; failed+=("$name"); return 1; }
 }
 bench_peer=()
-if [[ -n $peer ]]; then
+if [[ -n $peer && $steps == *" bench "* ]]; then  # the bench's peer columns
   step deepgemm_build tools/build_deepgemm.sh "$peer" && export PYTHONPATH="$(realpath "$peer")${PYTHONPATH:+:$PYTHONPATH}"
   bench_peer=(--peer deepgemm)
 fi
@@ -41,4 +49,7 @@ if ((${#failed[@]})); then
   echo "reproduce_results: failed: ${failed[*]} (logs in $out)" >&2
   exit 1
 fi
-echo "reproduce_results: all steps passed; $out/$gpu-$tree.json and .png are the page's JSON and plot"
+echo "reproduce_results: all steps passed ($(echo $steps))"
+if [[ $steps == *" bench "* ]]; then
+  echo "$out/$gpu-$tree.json and .png are the page's JSON and plot"
+fi
