@@ -24,7 +24,7 @@ if ! "$py" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1
 fi
 mkdir -p "$out"
 failed=()
-step() {  # step NAME COMMAND...: COMMAND's output into OUT/NAME.log, its status remembered (a step not in STEPS: skipped)
+step() {  # step NAME COMMAND...: COMMAND's output into OUT/NAME.log, its status remembered; not in STEPS: skipped
   local name=$1
   shift
   [[ $name == deepgemm_build || $steps == *" $name "* ]] || return 0

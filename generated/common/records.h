@@ -183,9 +183,9 @@ MXL_HD inline CtaRange expand_cta(const KernelArgs& a, const CompactView& v, con
   const int32_t last = end < a.num_records ? end : a.num_records;
   auto* records = reinterpret_cast<CtaRecord*>(a.compact_out);
   int32_t* ends = a.compact_out + compact_ends_at(a.num_records, a.num_ctas);
-  // Record begin on every thread first (the range's copy: the walk reads it from there, never past `last`), then
-  // the thread's own past it. One call of compact_record in the loop: inlined twice, it was ~140 more
-  // instructions a launch fetches cold.
+  // Record begin on every thread first (the range's copy; left empty when begin is past the records, where the
+  // walk reads none), then the thread's own past it. One call of compact_record in the loop: inlined twice, it
+  // was ~140 more instructions a launch fetches cold.
   CtaRecord first{};
   for (int32_t j = begin, n = tid == 0 ? 1 : 0; j < last; j = begin + tid + n++ * threads) {
     const int32_t b = j / per - c, k = j % per;
