@@ -16,6 +16,7 @@ steps=${steps//,/ }
 for s in $steps; do
   [[ " $all_steps " == *" $s "* ]] || { echo "reproduce_results: STEPS: expected names among: $all_steps; found $s" >&2; exit 2; }
 done
+wanted() { [[ $steps == *" $1 "* ]]; }
 cd "$(dirname "$0")/.."
 py=${PYTHON:-$([[ -x .venv/bin/python ]] && echo .venv/bin/python || echo python3)}
 if ! "$py" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
@@ -24,15 +25,17 @@ if ! "$py" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1
 fi
 mkdir -p "$out"
 failed=()
-step() {  # step NAME COMMAND...: COMMAND's output into OUT/NAME.log, its status remembered; not in STEPS: skipped
+# step NAME COMMAND...: COMMAND's output into OUT/NAME.log, its status remembered; a step STEPS could name but
+# does not is skipped
+step() {
   local name=$1
   shift
-  [[ $name == deepgemm_build || $steps == *" $name "* ]] || return 0
+  [[ " $all_steps " == *" $name "* ]] && ! wanted "$name" && return 0
   echo "== $name: $*"
   "$@" >"$out/$name.log" 2>&1 || { echo "   failed (rc $?): $out/$name.log"; failed+=("$name"); return 1; }
 }
 bench_peer=()
-if [[ -n $peer && $steps == *" bench "* ]]; then  # the bench's peer columns
+if [[ -n $peer ]] && wanted bench; then  # the bench's peer columns
   step deepgemm_build tools/build_deepgemm.sh "$peer" && export PYTHONPATH="$(realpath "$peer")${PYTHONPATH:+:$PYTHONPATH}"
   bench_peer=(--peer deepgemm)
 fi
@@ -50,6 +53,6 @@ if ((${#failed[@]})); then
   exit 1
 fi
 echo "reproduce_results: all steps passed ($(echo $steps))"
-if [[ $steps == *" bench "* ]]; then
+if wanted bench; then
   echo "$out/$gpu-$tree.json and .png are the page's JSON and plot"
 fi
