@@ -40,7 +40,7 @@ from ..compact import compact_schedule, pa_mqa_logits_compact
 from ..layouts import NATURAL, arch_layout
 from ..manifest import variant_for_rows
 from ..op import pa_mqa_logits_mxfp4
-from ..plan import plan, plan_buffers
+from ..plan import count_arg, plan, plan_buffers
 from ..quantize import quantize_into_cache, quantize_rows
 from .indexer import hadamard_transform, table_shape
 
@@ -161,9 +161,7 @@ def fp8_fp4_paged_mqa_logits(
     if not isinstance(block_table, torch.Tensor) or block_table.dim() != 2 or block_table.shape[0] < b:
         found = tuple(block_table.shape) if isinstance(block_table, torch.Tensor) else type(block_table).__name__
         raise ValueError(f"mxlogits: block_table: expected int32 [{b}, pages] (a row per sequence of q), found {found}")
-    if not isinstance(max_context_len, int) or isinstance(max_context_len, bool) or max_context_len < 0:
-        raise ValueError(f"mxlogits: max_context_len: expected an int >= 0 (the logits' width), "
-                         f"found {max_context_len!r}")
+    count_arg(max_context_len, "max_context_len", 0)  # the logits' width
     values, scales = fused_kv_views(kv_cache, q_fp4.shape[3] * 2)
     out = torch.empty((b * n, max_context_len), dtype=logits_dtype, device=q_fp4.device)
     if clean_logits:
